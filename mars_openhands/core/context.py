@@ -1,0 +1,56 @@
+"""State shared by the strategies of one policy instance: clock, sessions, KV, CPU, pins."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterator
+
+from mars_openhands.core.model import CpuState, KVState, Pin, Session
+
+
+class PinTable:
+    """Engine-agnostic bookkeeping of pins: at most one pin per session.
+
+    The engine holds the physical blocks (`Pin.handle`); this table decides nothing, it only
+    records, so that every pin is released exactly once whichever path releases it.
+    """
+
+    def __init__(self) -> None:
+        self._pins: dict[str, Pin] = {}
+        self.total_blocks = 0
+
+    def __len__(self) -> int:
+        return len(self._pins)
+
+    def __iter__(self) -> Iterator[Pin]:
+        return iter(list(self._pins.values()))
+
+    def get(self, session_id: str) -> Pin | None:
+        return self._pins.get(session_id)
+
+    def add(self, pin: Pin) -> None:
+        if pin.session_id in self._pins:
+            raise ValueError(f"session {pin.session_id!r} already holds a pin")
+        self._pins[pin.session_id] = pin
+        self.total_blocks += pin.blocks
+
+    def pop(self, session_id: str) -> Pin | None:
+        pin = self._pins.pop(session_id, None)
+        if pin is not None:
+            self.total_blocks -= pin.blocks
+        return pin
+
+    def pop_expired(self, now: float) -> list[Pin]:
+        return [self.pop(p.session_id) for p in list(self._pins.values()) if p.expires_s <= now]
+
+
+@dataclass
+class PolicyContext:
+    """What every strategy may read. Engines keep `now`, `kv` and `cpu` current."""
+
+    kv: KVState
+    cpu: CpuState
+    now: float = 0.0
+    sessions: dict[str, Session] = field(default_factory=dict)
+    pins: PinTable = field(default_factory=PinTable)
+    #: Admitted sessions that have not ended (kept by `Policy`, read by admission).
+    admitted_active: int = 0

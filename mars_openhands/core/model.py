@@ -1,0 +1,132 @@
+"""What a scheduling policy may see: requests, sessions, KV and CPU state.
+
+Engines (the simulator, the vLLM adapter) create and update these objects; policies read them and
+write only their own bookkeeping fields (marked "policy-owned"). Nothing here carries the future:
+no true tool durations, no remaining turns, no output lengths still to come.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from mars_openhands.events import CpuTelemetry, EngineTelemetry, ToolStarted
+
+
+@dataclass(slots=True, eq=False)
+class Request:
+    """One LLM call as the engine sees it (identity semantics: one object per request)."""
+
+    request_id: str
+    session_id: str
+    arrival_s: float
+    prompt_tokens: int
+    turn_index: int = 0
+    # engine-owned state
+    computed_tokens: int = 0      # prompt tokens in KV (prefix hits included); 0 after preemption
+    output_tokens: int = 0        # tokens generated so far
+    kv_blocks: int = 0            # blocks currently held
+    # policy-owned bookkeeping (survives preemption, unlike the engine's counters)
+    level: int = 0
+    attained_tokens: int = 0      # tokens of service this request received, recomputes included
+    wait_tokens: int = 0          # tokens scheduled for others while this one waited (Autellix)
+    last_scheduled_s: float = -1.0
+    preemptions: int = 0
+    started: bool = False         # first prefill chunk scheduled
+
+    @property
+    def prefill_remaining(self) -> int:
+        return max(0, self.prompt_tokens - self.computed_tokens)
+
+    @property
+    def is_prefill(self) -> bool:
+        return self.computed_tokens < self.prompt_tokens
+
+    @property
+    def context_tokens(self) -> int:
+        return self.prompt_tokens + self.output_tokens
+
+
+@dataclass(slots=True, eq=False)
+class Session:
+    """One agent run as the scheduler knows it from what has arrived so far."""
+
+    session_id: str
+    first_arrival_s: float
+    first_prompt_tokens: int = 0   # estimated first prefill (known once the first call arrived)
+    turns: int = 0                 # calls submitted so far
+    turns_finished: int = 0
+    service_tokens: int = 0        # tokens consumed by finished calls (program-level attained service)
+    wait_tokens: int = 0           # tokens scheduled for others while it had a call waiting
+    context_tokens: int = 0        # prompt + output of the last finished call
+    admitted: bool = False
+    admitted_s: float | None = None
+    ended: bool = False
+    in_tool: ToolStarted | None = None   # the running tool call, if a tool-started event arrived
+    last_turn_finished_s: float | None = None
+
+
+@dataclass(slots=True)
+class KVState:
+    """GPU plane: KV blocks right now, as the engine reports them each step."""
+
+    total_blocks: int
+    free_blocks: int
+    block_size: int
+    pinned_blocks: int = 0
+    waiting_demand_blocks: int = 0   # blocks the queued-but-not-running work will need
+    prefill_start_latency_s: float = 0.0
+
+    @property
+    def usage(self) -> float:
+        return 1.0 - self.free_blocks / self.total_blocks if self.total_blocks else 0.0
+
+    def blocks_for(self, tokens: int) -> int:
+        return -(-tokens // self.block_size)
+
+    @classmethod
+    def from_telemetry(cls, ev: EngineTelemetry, block_size: int) -> "KVState":
+        return cls(ev.total_blocks, ev.free_blocks, block_size, ev.pinned_blocks,
+                   ev.waiting_demand_blocks, ev.prefill_start_latency_s)
+
+
+@dataclass(slots=True)
+class CpuState:
+    """CPU plane: tool calls in flight (running or queued), host tool workers, EMA of queue wait."""
+
+    tool_workers: int
+    tools_in_flight: int = 0
+    ema_queue_wait_s: float = 0.0
+    ema_alpha: float = 0.2
+
+    @property
+    def backlog(self) -> float:
+        return self.tools_in_flight / max(1, self.tool_workers)
+
+    def observe_wait(self, wait_s: float) -> None:
+        self.ema_queue_wait_s += self.ema_alpha * (wait_s - self.ema_queue_wait_s)
+
+    def update(self, ev: CpuTelemetry) -> None:
+        self.tools_in_flight, self.tool_workers = ev.tools_in_flight, ev.tool_workers
+        self.ema_queue_wait_s = ev.ema_queue_wait_s
+
+
+@dataclass(slots=True)
+class Pin:
+    """KV blocks of a finished turn held for a session while its tool runs."""
+
+    session_id: str
+    blocks: int
+    pinned_s: float
+    expires_s: float
+    value_density: float = 0.0   # expected seconds saved per block-second held (revocation order)
+    handle: object = field(default=None, repr=False)   # engine-owned (e.g. the pinned block list)
+
+
+@dataclass(frozen=True, slots=True)
+class PinOffer:
+    """A retention decision: hold the blocks for `ttl_s`; `value_density` orders revocation."""
+
+    ttl_s: float
+    value_density: float = 0.0
+
+
+__all__ = ["Request", "Session", "KVState", "CpuState", "Pin", "PinOffer"]

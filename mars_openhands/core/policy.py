@@ -1,0 +1,216 @@
+"""A policy = one strategy per role + the shared context; the one object engines talk to.
+
+Both engines (the simulator and the vLLM scheduler adapter) drive a `Policy` with the same calls,
+in the same order, so a rule is implemented once:
+
+  arrival   `on_request_arrival(req, now)` -> True if the call must be parked until admission;
+            `resume_pin(session_id)` -> a pin to release once the call's prefix lookup is done.
+  control   `admit(backlog, now)` -> the parked sessions to admit now (in order).
+  step      `expired_pins(now)`; `order(requests, now)`; `chunk_tokens(req, budget)`;
+            on an allocation failure: `shrink(tokens)`, then `revocation_order()` pins, then
+            `choose_victim(candidates)` + `on_preempted(victim, now)`; finally
+            `on_step(scheduled, waiting, now)`.
+  finish    `on_request_finished(req, blocks, now)` -> pins to release + an offer to pin the
+            call's blocks; the engine pins them and calls `record_pin(...)`.
+  events    `on_event(event)` -> pins to release now (tool cancelled, session ended).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from mars_openhands.core.context import PolicyContext
+from mars_openhands.core.model import Pin, PinOffer, Request, Session
+from mars_openhands.core.strategies import Admission, ChunkSizer, Ordering, Retention, VictimSelector
+from mars_openhands.events import (CpuTelemetry, EngineTelemetry, Event, SessionEnded, ToolCancelled,
+                                   ToolFinished, ToolStarted)
+
+
+@dataclass(slots=True)
+class FinishDecision:
+    release: list[Pin] = field(default_factory=list)
+    pin: PinOffer | None = None
+
+
+@dataclass
+class Policy:
+    name: str
+    ordering: Ordering
+    chunking: ChunkSizer
+    victim: VictimSelector
+    retention: Retention
+    admission: Admission | None      # None: every session is admitted on arrival
+    ctx: PolicyContext
+    #: Upper bound on pinned KV as a fraction of all blocks.
+    max_pinned_fraction: float = 0.5
+    _next_tick: float = field(default=-math.inf, repr=False)
+
+    # ---- arrivals and admission --------------------------------------------------------------
+
+    def on_request_arrival(self, req: Request, now: float) -> bool:
+        """Register a call; True if it must wait outside the engine until its session is admitted."""
+        ctx = self.ctx
+        ctx.now = now
+        s = ctx.sessions.get(req.session_id)
+        if s is None:
+            s = ctx.sessions[req.session_id] = Session(req.session_id, now, req.prompt_tokens)
+        s.turns += 1
+        s.in_tool = None
+        self.ordering.on_arrival(req, ctx)
+        if not s.admitted and self.admission is None:
+            self._mark_admitted(s, now)
+        return not s.admitted
+
+    def resume_pin(self, session_id: str) -> Pin | None:
+        """The pin to release now that the session's next call is in the engine, if any."""
+        return self.ctx.pins.pop(session_id) if self.retention.release_on_resume else None
+
+    def admit(self, backlog: Sequence[Session], now: float) -> list[Session]:
+        """Admit parked sessions (arrival order in `backlog`) as the control plane allows."""
+        self.ctx.now = now
+        if self.admission is None:
+            chosen = list(backlog)
+        else:
+            if now >= self._next_tick:
+                self.admission.tick(self.ctx)
+                self._next_tick = now + self.admission.interval_s
+            chosen = self.admission.select(backlog, self.ctx) if backlog else []
+        for s in chosen:
+            self._mark_admitted(s, now)
+        return chosen
+
+    def _mark_admitted(self, s: Session, now: float) -> None:
+        s.admitted, s.admitted_s = True, now
+        self.ctx.admitted_active += 1
+
+    # ---- one engine step ---------------------------------------------------------------------
+
+    def expired_pins(self, now: float) -> list[Pin]:
+        self.ctx.now = now
+        return self.ctx.pins.pop_expired(now)
+
+    def order(self, requests: Sequence[Request], now: float) -> list[Request]:
+        self.ctx.now = now
+        key, ctx = self.ordering.key, self.ctx
+        return sorted(requests, key=lambda r: key(r, ctx))
+
+    def chunk_tokens(self, req: Request, budget: int) -> int:
+        """Prefill tokens to schedule for `req` this step (decode: 1)."""
+        if not req.is_prefill:
+            return min(1, budget)
+        quantum = self.ordering.prefill_quantum(req, self.ctx)
+        n = min(req.prefill_remaining, budget)
+        return n if quantum is None else min(n, quantum)
+
+    def shrink(self, tokens: int) -> int | None:
+        return self.chunking.shrink(tokens, self.ctx.kv.block_size)
+
+    def revocation_order(self) -> list[Pin]:
+        return self.retention.revocation_order(list(self.ctx.pins), self.ctx)
+
+    def release_pin(self, session_id: str) -> Pin | None:
+        return self.ctx.pins.pop(session_id)
+
+    def choose_victim(self, candidates: Sequence[Request]) -> Request:
+        if not candidates:
+            raise ValueError("choose_victim: no candidates")
+        return self.victim.choose(candidates, self.ctx)
+
+    def on_preempted(self, req: Request, now: float) -> None:
+        self.ctx.now = now
+        req.preemptions += 1
+        self.ordering.on_preempted(req, self.ctx)
+
+    def on_step(self, scheduled: Sequence[tuple[Request, int]], waiting: Sequence[Request],
+                now: float) -> None:
+        self.ctx.now = now
+        for req, tokens in scheduled:
+            req.attained_tokens += tokens
+            req.last_scheduled_s = now
+            req.started = True
+        self.ordering.on_step(scheduled, waiting, self.ctx)
+
+    # ---- finishing a call ---------------------------------------------------------------------
+
+    def on_request_finished(self, req: Request, blocks: int, now: float) -> FinishDecision:
+        """Account the call; say which pins to drop and whether to pin its `blocks` full blocks."""
+        ctx = self.ctx
+        ctx.now = now
+        decision = FinishDecision()
+        s = ctx.sessions.get(req.session_id)
+        if s is None:
+            return decision
+        s.turns_finished += 1
+        s.service_tokens += req.attained_tokens
+        s.context_tokens = req.context_tokens
+        s.last_turn_finished_s = now
+        self.ordering.on_finished(req, ctx)
+        if not self.retention.release_on_resume:
+            old = ctx.pins.pop(req.session_id)
+            if old is not None:
+                decision.release.append(old)
+        if blocks > 0 and not s.ended and ctx.pins.get(s.session_id) is None:
+            budget = self.max_pinned_fraction * ctx.kv.total_blocks - ctx.pins.total_blocks
+            if blocks <= budget:
+                offer = self.retention.pin_ttl(s, req.context_tokens, blocks, ctx)
+                if offer is not None and offer.ttl_s > 0:
+                    decision.pin = offer
+        return decision
+
+    def record_pin(self, session_id: str, blocks: int, offer: PinOffer, now: float,
+                   handle: object = None) -> Pin:
+        pin = Pin(session_id, blocks, now, now + offer.ttl_s, offer.value_density, handle)
+        self.ctx.pins.add(pin)
+        return pin
+
+    # ---- boundary events and telemetry -------------------------------------------------------
+
+    def on_event(self, ev: Event) -> list[Pin]:
+        """Apply one event from either plane; returns the pins the engine must release now."""
+        ctx = self.ctx
+        ctx.now = max(ctx.now, getattr(ev, "t", ctx.now))
+        release: list[Pin] = []
+        if isinstance(ev, EngineTelemetry):
+            ctx.kv.total_blocks, ctx.kv.free_blocks = ev.total_blocks, ev.free_blocks
+            ctx.kv.pinned_blocks, ctx.kv.waiting_demand_blocks = ev.pinned_blocks, ev.waiting_demand_blocks
+            ctx.kv.prefill_start_latency_s = ev.prefill_start_latency_s
+        elif isinstance(ev, CpuTelemetry):
+            ctx.cpu.update(ev)
+        else:
+            s = ctx.sessions.get(ev.session_id)
+            if isinstance(ev, ToolStarted):
+                ctx.cpu.tools_in_flight += 1
+                if s is not None:
+                    s.in_tool = ev
+                    pin = ctx.pins.get(ev.session_id)
+                    if pin is not None:
+                        expires = self.retention.reprice(pin, s, ctx)
+                        if expires is not None:
+                            pin.expires_s = expires
+            elif isinstance(ev, (ToolFinished, ToolCancelled)):
+                ctx.cpu.tools_in_flight = max(0, ctx.cpu.tools_in_flight - 1)
+                if isinstance(ev, ToolFinished):
+                    ctx.cpu.observe_wait(ev.queue_wait_s)
+                if s is not None:
+                    s.in_tool = None
+                if isinstance(ev, ToolCancelled):
+                    release.extend(p for p in [ctx.pins.pop(ev.session_id)] if p is not None)
+            elif isinstance(ev, SessionEnded):
+                release.extend(p for p in [ctx.pins.pop(ev.session_id)] if p is not None)
+                if s is not None:
+                    if s.admitted and not s.ended:
+                        ctx.admitted_active -= 1
+                    s.ended = True
+                    del ctx.sessions[ev.session_id]
+        self.retention.observe(ev, ctx)
+        return release
+
+    def stats(self) -> dict:
+        ctx = self.ctx
+        return {"policy": self.name, "admitted_sessions": ctx.admitted_active,
+                "known_sessions": len(ctx.sessions), "pinned_sessions": len(ctx.pins),
+                "pinned_blocks": ctx.pins.total_blocks, "tools_in_flight": ctx.cpu.tools_in_flight,
+                "tool_workers": ctx.cpu.tool_workers, "ema_tool_queue_wait_s": ctx.cpu.ema_queue_wait_s,
+                "kv_usage": ctx.kv.usage,
+                "admission": self.admission.stats() if self.admission else {"window": None}}

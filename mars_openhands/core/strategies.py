@@ -1,0 +1,100 @@
+"""The five strategy roles a policy is composed of.
+
+Each role is a small abstract class with one decision; a named policy (see `registry.py`) is a
+choice of one object per role. Strategies read the shared `PolicyContext` and never the future.
+Hooks default to no-ops so a strategy implements only what its rule needs.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, Sequence
+
+from mars_openhands.core.model import Pin, PinOffer, Request, Session
+from mars_openhands.events import Event
+
+if TYPE_CHECKING:
+    from mars_openhands.core.context import PolicyContext
+
+
+class Ordering(ABC):
+    """Priority coordinator: who is served first, and how many prefill tokens per step."""
+
+    @abstractmethod
+    def key(self, req: Request, ctx: PolicyContext) -> tuple:
+        """Sort key; smaller is served first. Used for running and waiting requests alike."""
+
+    def prefill_quantum(self, req: Request, ctx: PolicyContext) -> int | None:
+        """Most prefill tokens `req` may get this step; None = only the engine's budget limits it."""
+        return None
+
+    def on_arrival(self, req: Request, ctx: PolicyContext) -> None:
+        """A request reached the engine (its session is in ctx.sessions)."""
+
+    def on_step(self, scheduled: Sequence[tuple[Request, int]], waiting: Sequence[Request],
+                ctx: PolicyContext) -> None:
+        """After a step: `scheduled` got (request, tokens) of service; `waiting` got none."""
+
+    def on_preempted(self, req: Request, ctx: PolicyContext) -> None:
+        """`req` lost its KV (recompute later)."""
+
+    def on_finished(self, req: Request, ctx: PolicyContext) -> None:
+        """`req` finished; its session's service was already updated by the context."""
+
+
+class ChunkSizer(ABC):
+    """What to try when a prefill chunk cannot get KV blocks, before anyone is preempted."""
+
+    @abstractmethod
+    def shrink(self, tokens: int, block_size: int) -> int | None:
+        """A smaller chunk to retry with, or None to give up (then the engine preempts)."""
+
+
+class VictimSelector(ABC):
+    """Which running request loses its KV when a higher-priority one cannot get blocks."""
+
+    @abstractmethod
+    def choose(self, candidates: Sequence[Request], ctx: PolicyContext) -> Request:
+        """Pick one of `candidates` (never empty) to preempt."""
+
+
+class Retention(ABC):
+    """KV retention while a session's tool runs: pin or not, for how long, what to revoke first."""
+
+    #: True: a pin is released when the session's next call arrives (its prefix hit takes over).
+    #: False: released when that next call finishes (Continuum).
+    release_on_resume: bool = True
+
+    @abstractmethod
+    def pin_ttl(self, session: Session, context_tokens: int, blocks: int,
+                ctx: PolicyContext) -> PinOffer | None:
+        """Whether and how long to keep `blocks` pinned after `session`'s call finished."""
+
+    def reprice(self, pin: Pin, session: Session, ctx: PolicyContext) -> float | None:
+        """New expiry for an existing pin when new information arrived (a tool-started hint,
+        pressure change); None keeps it."""
+        return None
+
+    def revocation_order(self, pins: Sequence[Pin], ctx: PolicyContext) -> list[Pin]:
+        """Order in which pins are dropped when a request cannot get blocks."""
+        return sorted(pins, key=lambda p: (p.value_density, -p.pinned_s))
+
+    def observe(self, event: Event, ctx: PolicyContext) -> None:
+        """Learn from a boundary event (tool durations, re-admission delays...)."""
+
+
+class Admission(ABC):
+    """External control plane: which new sessions may start now."""
+
+    #: Seconds between control-loop evaluations.
+    interval_s: float = 0.2
+
+    def tick(self, ctx: PolicyContext) -> None:
+        """Re-evaluate pressure and the window from ctx.kv / ctx.cpu."""
+
+    @abstractmethod
+    def select(self, backlog: Sequence[Session], ctx: PolicyContext) -> list[Session]:
+        """From the not-yet-admitted sessions (arrival order), those to admit now, in order."""
+
+    def stats(self) -> dict:
+        """Window and pressure state for telemetry (`/mars/v1/stats`, simulator traces)."""
+        return {}
