@@ -54,3 +54,6 @@ class PolicyContext:
     pins: PinTable = field(default_factory=PinTable)
     #: Admitted sessions that have not ended (kept by `Policy`, read by admission).
     admitted_active: int = 0
+    #: Measured prefill throughput (tokens/s), an EMA the engine feeds through
+    #: `Policy.observe_prefill`; prices recomputation in retention rules.
+    prefill_tps: float = 5000.0

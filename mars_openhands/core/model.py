@@ -22,6 +22,7 @@ class Request:
     turn_index: int = 0
     # engine-owned state
     computed_tokens: int = 0      # prompt tokens in KV (prefix hits included); 0 after preemption
+    cached_tokens: int = 0        # prefix-cache hit the engine expects for it (known before admission)
     output_tokens: int = 0        # tokens generated so far
     kv_blocks: int = 0            # blocks currently held
     # policy-owned bookkeeping (survives preemption, unlike the engine's counters)
@@ -35,6 +36,11 @@ class Request:
     @property
     def prefill_remaining(self) -> int:
         return max(0, self.prompt_tokens - self.computed_tokens)
+
+    @property
+    def uncached_prefill(self) -> int:
+        """Prefill still to compute, counting an expected prefix hit for a request not yet started."""
+        return max(0, self.prompt_tokens - max(self.computed_tokens, self.cached_tokens))
 
     @property
     def is_prefill(self) -> bool:

@@ -131,6 +131,11 @@ class Policy:
             req.started = True
         self.ordering.on_step(scheduled, waiting, self.ctx)
 
+    def observe_prefill(self, tokens: int, seconds: float, alpha: float = 0.2) -> None:
+        """Feed a measured prefill (tokens computed in `seconds`) into the prefill-rate EMA."""
+        if tokens > 0 and seconds > 0:
+            self.ctx.prefill_tps += alpha * (tokens / seconds - self.ctx.prefill_tps)
+
     # ---- finishing a call ---------------------------------------------------------------------
 
     def on_request_finished(self, req: Request, blocks: int, now: float) -> FinishDecision:
