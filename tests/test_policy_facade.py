@@ -1,0 +1,86 @@
+"""The Policy facade's bookkeeping, independent of which strategies a policy composes."""
+import pytest
+
+from mars_openhands.core import EngineShape, PinOffer, Policy, Request, build_policy
+from mars_openhands.core.retention import NoRetention
+from mars_openhands.events import CpuTelemetry, SessionEnded, ToolCancelled, ToolFinished, ToolStarted
+
+
+class AlwaysPin(NoRetention):
+    def pin_ttl(self, session, context_tokens, blocks, ctx):
+        return PinOffer(10.0, value_density=float(blocks))
+
+
+def pinning_policy(total_blocks=100, max_fraction=0.5) -> Policy:
+    p = build_policy("fcfs", EngineShape(total_blocks, 16, 4))
+    p.retention = AlwaysPin()
+    p.max_pinned_fraction = max_fraction
+    return p
+
+
+def finish_turn(p: Policy, session: str, blocks: int, now: float):
+    req = Request(f"{session}-{now}", session, now, 100)
+    p.on_request_arrival(req, now)
+    p.on_step([(req, 100)], [], now)
+    d = p.on_request_finished(req, blocks, now + 1)
+    if d.pin:
+        p.record_pin(session, blocks, d.pin, now + 1)
+    return d
+
+
+def test_pin_is_recorded_and_released_on_resume_exactly_once():
+    p = pinning_policy()
+    assert finish_turn(p, "a", 10, 0.0).pin == PinOffer(10.0, 10.0)
+    assert p.ctx.pins.total_blocks == 10
+    p.on_request_arrival(Request("a2", "a", 5.0, 200), 5.0)
+    pin = p.resume_pin("a")
+    assert pin is not None and pin.blocks == 10
+    assert p.resume_pin("a") is None and p.ctx.pins.total_blocks == 0
+
+
+def test_pinned_memory_is_bounded():
+    p = pinning_policy(total_blocks=100, max_fraction=0.3)
+    assert finish_turn(p, "a", 20, 0.0).pin is not None
+    assert finish_turn(p, "b", 20, 0.0).pin is None      # 40 > 30 blocks
+    assert finish_turn(p, "c", 10, 0.0).pin is not None   # exactly 30
+    assert p.ctx.pins.total_blocks == 30
+
+
+def test_ttl_expiry_session_end_and_tool_cancel_release_pins():
+    p = pinning_policy()
+    for s in "abc":
+        finish_turn(p, s, 5, 0.0)
+    assert [x.session_id for x in p.on_event(ToolCancelled("a", 2.0))] == ["a"]
+    assert [x.session_id for x in p.on_event(SessionEnded("b", 2.0))] == ["b"]
+    assert "b" not in p.ctx.sessions and p.ctx.admitted_active == 2
+    assert p.expired_pins(10.9) == [] and [x.session_id for x in p.expired_pins(11.0)] == ["c"]
+    assert p.ctx.pins.total_blocks == 0 and len(p.ctx.pins) == 0
+
+
+def test_cpu_plane_is_derived_from_tool_events_and_overridden_by_telemetry():
+    p = pinning_policy()
+    finish_turn(p, "a", 0, 0.0)
+    p.on_event(ToolStarted("a", 1.0, "terminal", command="ls"))
+    p.on_event(ToolStarted("x", 1.0, "terminal"))
+    assert p.ctx.cpu.tools_in_flight == 2 and p.ctx.sessions["a"].in_tool is not None
+    p.on_event(ToolFinished("a", 2.0, "terminal", 1.0, queue_wait_s=1.0))
+    assert p.ctx.cpu.tools_in_flight == 1 and p.ctx.cpu.ema_queue_wait_s == pytest.approx(0.2)
+    assert p.ctx.sessions["a"].in_tool is None
+    p.on_event(CpuTelemetry(3.0, tools_in_flight=7, tool_workers=2, ema_queue_wait_s=4.0))
+    assert (p.ctx.cpu.tools_in_flight, p.ctx.cpu.tool_workers, p.ctx.cpu.backlog) == (7, 2, 3.5)
+
+
+def test_session_service_accumulates_and_prefill_rate_is_an_ema():
+    p = pinning_policy()
+    finish_turn(p, "a", 0, 0.0)
+    finish_turn(p, "a", 0, 3.0)
+    s = p.ctx.sessions["a"]
+    assert (s.turns, s.turns_finished, s.service_tokens) == (2, 2, 200)
+    p.ctx.prefill_tps = 1000.0
+    p.observe_prefill(2000, 1.0)
+    assert p.ctx.prefill_tps == pytest.approx(1200.0)
+
+
+def test_unknown_policy_is_a_clear_error():
+    with pytest.raises(ValueError, match="unknown policy 'nope'"):
+        build_policy("nope", EngineShape(10, 16, 1))
