@@ -44,7 +44,30 @@ $(AGENT_VENV)/.done: pyproject.toml
 	@test -n "$(PYTHON312)" || { echo "error: Python 3.12 not found; install it (pyenv install 3.12) or pass PYTHON312=/path/to/python3.12" >&2; exit 1; }
 	$(PYTHON312) -m venv $(AGENT_VENV)
 	$(AGENT_PY) -m pip install -q --upgrade pip
-	$(AGENT_PY) -m pip install -q -e '.[dev]'
+	$(AGENT_PY) -m pip install -q -e '.[dev,openhands]'
+	$(AGENT_PY) -m mars_openhands.openhands.autopatch install
+	touch $@
+
+# The same agent tests against the newest SDK release on PyPI (no CLI: it pins the old SDK).
+AGENT_LATEST_VENV := .venv-agent-latest
+$(AGENT_LATEST_VENV)/.done: pyproject.toml
+	@test -n "$(PYTHON312)" || { echo "error: Python 3.12 not found; install it (pyenv install 3.12) or pass PYTHON312=/path/to/python3.12" >&2; exit 1; }
+	$(PYTHON312) -m venv $(AGENT_LATEST_VENV)
+	$(AGENT_LATEST_VENV)/bin/python -m pip install -q --upgrade pip
+	$(AGENT_LATEST_VENV)/bin/python -m pip install -q -e '.[dev]' swebench==5.0.2 'tenacity>=8.2' 'httpx>=0.27'
+	$(AGENT_LATEST_VENV)/bin/python -m pip install -q --upgrade openhands-sdk openhands-tools openhands-workspace openhands-agent-server
+	$(AGENT_LATEST_VENV)/bin/python -m mars_openhands.openhands.autopatch install
+	touch $@
+
+test-agent-latest: $(AGENT_LATEST_VENV)/.done
+	$(AGENT_LATEST_VENV)/bin/python -m pip list 2>/dev/null | grep -i '^openhands'
+	$(AGENT_LATEST_VENV)/bin/python -m pytest -q -m "agent and not slow" $(PYTEST_ARGS) || [ $$? -eq 5 ]
+
+# Local random-weight models (no downloads): tiny for tests, small (~80M) for engine benchmarks.
+.PHONY: model
+model: models/tiny/.done models/small/.done
+models/%/.done: scripts/build_model.py | setup-engine
+	$(PY) scripts/build_model.py --size $* --out models/$*
 	touch $@
 
 test: test-core test-agent
