@@ -1,0 +1,173 @@
+"""The host tool pool of the replay benchmark: real processes that load the CPU like agent tools do.
+
+A trace's tool call says how long it ran and how many host cores it kept busy. Replaying it with a
+sleep would leave the CPU plane empty; here each call runs as real subprocesses that spin for
+`duration_s` on `cpu_cores` cores (a fractional core spins with that duty cycle), so tools compete
+with the engine and with each other exactly as on the agent's host. At most `workers` calls run at
+once; later calls wait in FIFO order, and the wait is measured separately from the run time.
+"""
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import signal
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass
+
+#: Spins until an absolute wall-clock deadline with a duty cycle (1.0 = a full core, 0 = sleep).
+_SPIN = """
+import sys, time
+deadline, duty = float(sys.argv[1]), float(sys.argv[2])
+period = 0.02
+while True:
+    now = time.time()
+    if now >= deadline:
+        break
+    if duty >= 1.0:
+        continue
+    busy_until = min(deadline, now + duty * period)
+    while time.time() < busy_until:
+        pass
+    rest = min(deadline - time.time(), (1.0 - duty) * period)
+    if rest > 0:
+        time.sleep(rest)
+"""
+
+MAX_CORES_PER_CALL = 64
+
+
+@dataclass(frozen=True, slots=True)
+class ToolRun:
+    """What one tool call measured: time queued for a worker, time running, exit status."""
+
+    queue_wait_s: float
+    run_s: float
+    exit_status: int
+
+
+def _core_shares(cpu_cores: float) -> list[float]:
+    """Duty cycle per spinning process: whole cores at 1.0, the remainder as a partial core."""
+    if cpu_cores <= 0:
+        return [0.0]
+    n = math.ceil(cpu_cores)
+    return [min(1.0, cpu_cores - i) for i in range(n)]
+
+
+class ToolPool:
+    """N tool workers with a FIFO queue; every child process is killed on cancel or close."""
+
+    def __init__(self, workers: int, python: str = sys.executable) -> None:
+        if workers < 1:
+            raise ValueError(f"tool workers: expected >= 1, got {workers}")
+        self.workers = workers
+        self._python = python
+        self._free = workers
+        self._waiters: deque[asyncio.Future[None]] = deque()
+        self._procs: set[asyncio.subprocess.Process] = set()
+        self._running = 0
+        self._closed = False
+
+    @property
+    def running(self) -> int:
+        return self._running
+
+    @property
+    def queued(self) -> int:
+        return sum(1 for f in self._waiters if not f.done())
+
+    @property
+    def in_flight(self) -> int:
+        """Calls running or waiting for a worker (the CPU plane's backlog numerator)."""
+        return self._running + self.queued
+
+    def live_pids(self) -> list[int]:
+        return [p.pid for p in self._procs if p.returncode is None]
+
+    async def _acquire(self) -> None:
+        if self._free > 0 and not self._waiters:
+            self._free -= 1
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(fut)
+        try:
+            await fut
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled():
+                self._release()          # the slot was handed to us as we were cancelled
+            else:
+                self._waiters.remove(fut)
+            raise
+
+    def _release(self) -> None:
+        while self._waiters:
+            fut = self._waiters.popleft()
+            if not fut.done():
+                fut.set_result(None)     # hand the worker straight to the next in line
+                return
+        self._free += 1
+
+    async def run(self, duration_s: float, cpu_cores: float = 1.0) -> ToolRun:
+        """Queue for a worker, then keep `cpu_cores` cores busy for `duration_s` seconds."""
+        if not math.isfinite(duration_s) or duration_s < 0:
+            raise ValueError(f"tool duration_s: expected a finite number >= 0, got {duration_s!r}")
+        if not math.isfinite(cpu_cores) or cpu_cores < 0 or cpu_cores > MAX_CORES_PER_CALL:
+            raise ValueError(f"tool cpu_cores: expected 0..{MAX_CORES_PER_CALL}, got {cpu_cores!r}")
+        if self._closed:
+            raise RuntimeError("tool pool is closed")
+        submitted = time.monotonic()
+        await self._acquire()
+        started = time.monotonic()
+        self._running += 1
+        procs: list[asyncio.subprocess.Process] = []
+        try:
+            deadline = time.time() + duration_s
+            for duty in _core_shares(cpu_cores):
+                p = await asyncio.create_subprocess_exec(
+                    self._python, "-S", "-c", _SPIN, repr(deadline), repr(duty),
+                    stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
+                    stderr=asyncio.subprocess.DEVNULL, start_new_session=True)
+                procs.append(p)
+                self._procs.add(p)
+            codes = [await p.wait() for p in procs]
+            finished = time.monotonic()
+            status = next((c for c in codes if c != 0), 0)
+            return ToolRun(queue_wait_s=started - submitted, run_s=finished - started, exit_status=status)
+        except BaseException:
+            await self._kill(procs)
+            raise
+        finally:
+            self._procs.difference_update(procs)
+            self._running -= 1
+            self._release()
+
+    @staticmethod
+    async def _kill(procs: list[asyncio.subprocess.Process]) -> None:
+        for p in procs:
+            if p.returncode is None:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        for p in procs:
+            await p.wait()
+
+    def kill_all(self) -> None:
+        """Synchronous last resort (signal handlers, atexit): SIGKILL every live child."""
+        for pid in self.live_pids():
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    async def close(self) -> None:
+        """Refuse new calls, fail queued ones, kill and reap every running child."""
+        self._closed = True
+        for fut in self._waiters:
+            if not fut.done():
+                fut.set_exception(RuntimeError("tool pool closed"))
+        self._waiters.clear()
+        await self._kill(list(self._procs))
+        self._procs.clear()

@@ -1,0 +1,144 @@
+"""The host tool pool: real spinning processes, FIFO queueing, nothing left behind."""
+import asyncio
+import os
+import time
+
+import pytest
+
+from mars_openhands.replay.tools import ToolPool, _core_shares
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie still answers kill(0); it has released its CPU, so count it as gone
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().split(")")[-1].split()[0] != "Z"
+
+
+def _cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().split(")")[-1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_core_shares_split_whole_and_partial_cores():
+    assert _core_shares(1.0) == [1.0]
+    assert _core_shares(2.5) == [1.0, 1.0, 0.5]
+    assert _core_shares(0.25) == [0.25]
+    assert _core_shares(0) == [0.0]
+
+
+def test_duration_within_tolerance_and_no_queue_when_a_worker_is_free():
+    async def main():
+        pool = ToolPool(workers=2)
+        runs = await asyncio.gather(pool.run(0.4, 1.0), pool.run(0.1, 0.5))
+        await pool.close()
+        return runs
+    long, short = asyncio.run(main())
+    assert 0.4 <= long.run_s < 0.4 + 0.25
+    assert 0.1 <= short.run_s < 0.1 + 0.25
+    assert long.queue_wait_s < 0.05 and short.queue_wait_s < 0.05
+    assert long.exit_status == 0 == short.exit_status
+
+
+def test_calls_queue_fifo_when_all_workers_are_busy():
+    async def main():
+        pool = ToolPool(workers=1)
+        order: list[str] = []
+
+        async def call(name, d):
+            r = await pool.run(d, 0.1)
+            order.append(name)
+            return r
+        tasks = [asyncio.create_task(call("a", 0.3))]
+        await asyncio.sleep(0)
+        tasks.append(asyncio.create_task(call("b", 0.1)))
+        await asyncio.sleep(0)
+        tasks.append(asyncio.create_task(call("c", 0.1)))
+        await asyncio.sleep(0.05)
+        in_flight = (pool.running, pool.queued, pool.in_flight)
+        runs = await asyncio.gather(*tasks)
+        await pool.close()
+        return order, in_flight, runs
+    order, in_flight, (a, b, c) = asyncio.run(main())
+    assert order == ["a", "b", "c"]
+    assert in_flight == (1, 2, 3)
+    assert a.queue_wait_s < 0.05
+    assert 0.3 <= b.queue_wait_s < 0.3 + 0.25          # waited for a
+    assert 0.4 <= c.queue_wait_s < 0.4 + 0.4           # waited for a and b
+    assert 0.1 <= b.run_s < 0.35                        # run time excludes the wait
+
+
+def test_a_busy_tool_really_burns_cpu():
+    async def main():
+        pool = ToolPool(workers=1)
+        task = asyncio.create_task(pool.run(0.6, 1.0))
+        await asyncio.sleep(0.3)
+        pid = pool.live_pids()[0]
+        before = _cpu_seconds(pid)
+        await asyncio.sleep(0.2)
+        used = _cpu_seconds(pid) - before
+        await task
+        await pool.close()
+        return used
+    assert asyncio.run(main()) > 0.1    # about 0.2 s of CPU in 0.2 s of wall time
+
+
+def test_cancel_kills_children_and_frees_the_worker():
+    async def main():
+        pool = ToolPool(workers=1)
+        task = asyncio.create_task(pool.run(30.0, 2.0))
+        await asyncio.sleep(0.2)
+        pids = pool.live_pids()
+        queued = asyncio.create_task(pool.run(0.05, 0.0))
+        await asyncio.sleep(0.05)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        after = await asyncio.wait_for(queued, 5)     # the worker passed on to the queued call
+        await pool.close()
+        return pids, after, pool.live_pids()
+    t0 = time.monotonic()
+    pids, after, left = asyncio.run(main())
+    assert time.monotonic() - t0 < 5
+    assert len(pids) == 2
+    assert not any(_alive(p) for p in pids)
+    assert after.exit_status == 0 and left == []
+
+
+def test_close_kills_running_and_fails_queued_calls():
+    async def main():
+        pool = ToolPool(workers=1)
+        running = asyncio.create_task(pool.run(30.0, 1.0))
+        queued = asyncio.create_task(pool.run(1.0, 1.0))
+        await asyncio.sleep(0.2)
+        pids = pool.live_pids()
+        await pool.close()
+        r = await running
+        with pytest.raises(RuntimeError, match="closed"):
+            await queued
+        with pytest.raises(RuntimeError, match="closed"):
+            await pool.run(0.1)
+        return pids, r
+    pids, r = asyncio.run(main())
+    assert r.exit_status != 0
+    assert pids and not any(_alive(p) for p in pids)
+
+
+@pytest.mark.parametrize("kwargs, msg", [({"duration_s": -1}, "duration_s"),
+                                         ({"duration_s": float("nan")}, "duration_s"),
+                                         ({"duration_s": 1, "cpu_cores": -0.5}, "cpu_cores"),
+                                         ({"duration_s": 1, "cpu_cores": 1000}, "cpu_cores")])
+def test_bad_tool_arguments_name_the_field(kwargs, msg):
+    async def main():
+        await ToolPool(1).run(**kwargs)
+    with pytest.raises(ValueError, match=msg):
+        asyncio.run(main())
+
+
+def test_zero_workers_is_refused():
+    with pytest.raises(ValueError, match="workers"):
+        ToolPool(0)
