@@ -1,0 +1,176 @@
+"""Replays `mars-trace/1` sessions against a live engine as concurrent agents would drive it.
+
+Each session starts at its `arrival_s`, and for every turn sends the prompt built by
+`SessionPrompts` (previous prompt + what the engine generated + observation tokens), waits for the
+forced-length reply, then runs the turn's tool through the shared `ToolPool`, posting
+ToolStarted / ToolFinished (with the measured queue wait and run time) / SessionEnded and CPU
+telemetry to `/mars/v1/events`. Only what a real agent host knows goes out: tool name and command,
+never the trace's true duration.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import httpx
+
+from mars_openhands.events import CpuTelemetry, SessionEnded, ToolCancelled, ToolFinished, ToolStarted
+from mars_openhands.replay.engine import EngineClient, EngineError, EventSink
+from mars_openhands.replay.prompts import SessionPrompts, TokenSpace, TurnShape
+from mars_openhands.replay.tools import ToolPool
+from mars_openhands.workload.trace import SessionTrace
+
+
+@dataclass(slots=True)
+class TurnRecord:
+    """One turn as measured; times are seconds from the replay's start."""
+
+    turn_index: int
+    submitted_s: float
+    first_token_s: float
+    finished_s: float
+    shape: TurnShape
+    cached_tokens: int | None
+    tool_queue_wait_s: float = 0.0
+    tool_run_s: float = 0.0
+
+
+@dataclass(slots=True)
+class SessionRecord:
+    session_id: str
+    arrival_s: float
+    started_s: float | None = None       # when the first request actually went out
+    finish_s: float | None = None        # None: did not complete
+    error: str | None = None
+    turns: list[TurnRecord] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class ReplayOutcome:
+    sessions: list[SessionRecord]
+    duration_s: float
+    events_sent: int
+    events_dropped: int
+    #: (t, admission window or None, kv usage, pinned blocks, running, waiting), from the sampler.
+    timeline: list[tuple[float, float | None, float, int, int, int]] = field(default_factory=list)
+
+
+@dataclass
+class ReplayConfig:
+    token_scale: float = 1.0
+    tool_time_scale: float = 1.0
+    sample_interval_s: float = 1.0       # timeline sampling of /mars/v1/stats and /metrics
+
+
+def _pick(d: dict | None, *paths: str) -> float | None:
+    """First numeric value found at one of the dotted `paths` of a stats document."""
+    for path in paths:
+        cur: object = d
+        for part in path.split("."):
+            cur = cur.get(part) if isinstance(cur, dict) else None
+        if isinstance(cur, (int, float)) and not isinstance(cur, bool):
+            return float(cur)
+    return None
+
+
+def timeline_point(t: float, stats: dict | None, metrics: dict[str, float]) -> tuple:
+    """One timeline sample from the MARS stats document and vLLM's Prometheus metrics."""
+    window = _pick(stats, "admission.window", "admission_window", "window")
+    pinned = _pick(stats, "pins.pinned_blocks", "pinned_blocks", "kv.pinned_blocks") or 0
+    return (t, window, float(metrics.get("vllm:kv_cache_usage_perc", 0.0)), int(pinned),
+            int(metrics.get("vllm:num_requests_running", 0)), int(metrics.get("vllm:num_requests_waiting", 0)))
+
+
+class Replayer:
+    """Drives all sessions of one replay against one engine, sharing one tool pool."""
+
+    def __init__(self, engine: EngineClient, pool: ToolPool, space: TokenSpace,
+                 config: ReplayConfig | None = None,
+                 on_turn: Callable[[str, int], None] | None = None) -> None:
+        self.engine, self.pool, self.space = engine, pool, space
+        self.config = config or ReplayConfig()
+        self.on_turn = on_turn
+        self.sink = EventSink(engine)
+        self._ema_wait = 0.0
+        self._t0 = 0.0
+
+    def _now(self) -> float:
+        return time.monotonic() - self._t0
+
+    def _cpu(self) -> CpuTelemetry:
+        return CpuTelemetry(t=time.time(), tools_in_flight=self.pool.in_flight,
+                            tool_workers=self.pool.workers, ema_queue_wait_s=self._ema_wait)
+
+    async def _tool(self, s: SessionTrace, k: int, rec: TurnRecord) -> None:
+        tool = s.turns[k].tool
+        assert tool is not None
+        call_id = f"{s.session_id}/{k}"
+        self.sink.emit(ToolStarted(session_id=s.session_id, t=time.time(), tool_name=tool.name,
+                                   command=tool.command, call_id=call_id))
+        self.sink.emit(self._cpu())
+        try:
+            run = await self.pool.run(tool.duration_s * self.config.tool_time_scale, tool.cpu_cores)
+        except asyncio.CancelledError:
+            self.sink.emit(ToolCancelled(session_id=s.session_id, t=time.time(), tool_name=tool.name,
+                                         call_id=call_id))
+            raise
+        self._ema_wait += 0.2 * (run.queue_wait_s - self._ema_wait)
+        rec.tool_queue_wait_s, rec.tool_run_s = run.queue_wait_s, run.run_s
+        self.sink.emit(ToolFinished(session_id=s.session_id, t=time.time(), tool_name=tool.name,
+                                    duration_s=run.run_s, exit_status=run.exit_status, command=tool.command,
+                                    call_id=call_id, queue_wait_s=run.queue_wait_s))
+        self.sink.emit(self._cpu())
+
+    async def _session(self, s: SessionTrace, rec: SessionRecord) -> None:
+        await asyncio.sleep(max(0.0, s.arrival_s - self._now()))
+        rec.started_s = self._now()
+        prompts = SessionPrompts(s, self.space, self.config.token_scale)
+        reason = "finished"
+        try:
+            for k in range(len(s.turns)):
+                prompt, shape = prompts.prompt(k)
+                c = await self.engine.complete(prompt, shape.output_tokens, s.session_id, k)
+                prompts.record(k, c.token_ids)
+                tr = TurnRecord(k, c.submitted - self._t0, c.first_token - self._t0, c.finished - self._t0,
+                                shape, c.cached_tokens)
+                rec.turns.append(tr)
+                if s.turns[k].tool is not None:
+                    await self._tool(s, k, tr)
+                if self.on_turn:
+                    self.on_turn(s.session_id, k)
+            rec.finish_s = self._now()
+        except (EngineError, httpx.HTTPError) as e:
+            rec.error, reason = f"{type(e).__name__}: {e}", "error"
+        except asyncio.CancelledError:
+            reason = "cancelled"
+            raise
+        finally:
+            self.sink.emit(SessionEnded(session_id=s.session_id, t=time.time(), reason=reason))
+
+    async def _sample(self, timeline: list) -> None:
+        while True:
+            try:
+                stats, metrics = await asyncio.gather(self.engine.stats(), self.engine.metrics())
+                timeline.append(timeline_point(self._now(), stats, metrics))
+            except (httpx.HTTPError, ValueError):
+                pass
+            await asyncio.sleep(self.config.sample_interval_s)
+
+    async def run(self, sessions: list[SessionTrace]) -> ReplayOutcome:
+        """Replay every session; a failed session is recorded (finish_s None) and does not stop others."""
+        records = [SessionRecord(s.session_id, s.arrival_s) for s in sessions]
+        timeline: list = []
+        self._t0 = time.monotonic()
+        self.sink.start()
+        sampler = asyncio.create_task(self._sample(timeline))
+        tasks = [asyncio.create_task(self._session(s, r)) for s, r in zip(sessions, records)]
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            for t in (*tasks, sampler):
+                t.cancel()
+            await asyncio.gather(*tasks, sampler, return_exceptions=True)
+            await self.sink.close()
+        return ReplayOutcome(records, self._now(), self.sink.sent, self.sink.dropped, timeline)

@@ -1,0 +1,195 @@
+"""HTTP side of the replay: OpenAI-compatible completions, the MARS events endpoint, stats, metrics.
+
+Completions go to `/v1/completions` with token-id prompts (exact lengths, no tokenizer in the
+loop), streamed so the client sees when the first token arrives, with the output length forced
+(`max_tokens = min_tokens`, `ignore_eos`). Each request carries the session id the way agents send
+it (`X-Session-ID` header, and `vllm_xargs` with the turn index), which the MARS adapter reads.
+Boundary events are posted to `/mars/v1/events` in batches by `EventSink`.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from dataclasses import dataclass
+
+import httpx
+
+from mars_openhands.events import Event
+
+log = logging.getLogger("vllm.mars_openhands.replay")
+
+
+class EngineError(RuntimeError):
+    """The engine answered a request with an error or an unusable reply."""
+
+
+@dataclass(slots=True)
+class Completion:
+    """One forced-length completion as the client saw it (times from `time.monotonic`)."""
+
+    token_ids: list[int]
+    submitted: float
+    first_token: float
+    finished: float
+    cached_tokens: int | None    # prefix-cache hit the engine reported (needs prompt token details)
+
+
+def parse_prometheus(text: str) -> dict[str, float]:
+    """Sum every sample of each metric name over its labels (enough for counters and gauges)."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        head, _, value = line.rpartition(" ")
+        name = head.split("{", 1)[0].strip()
+        try:
+            out[name] = out.get(name, 0.0) + float(value)
+        except ValueError:
+            continue
+    return out
+
+
+def prometheus_labels(text: str, name: str) -> dict[str, str]:
+    """Labels of the first sample of `name` (vLLM publishes config, e.g. block_size, this way)."""
+    for line in text.splitlines():
+        if line.startswith(name + "{"):
+            body = line[len(name) + 1:line.index("}")]
+            labels = {}
+            for part in body.split('",'):
+                k, _, v = part.partition("=")
+                labels[k.strip()] = v.strip().strip('"')
+            return labels
+    return {}
+
+
+class EngineClient:
+    """An OpenAI-compatible server at `base_url` (vLLM with the MARS plugins, or a test double)."""
+
+    def __init__(self, base_url: str, model: str, *, timeout_s: float = 3600.0,
+                 max_connections: int = 1024) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=64)
+        self._http = httpx.AsyncClient(base_url=self.base_url, timeout=httpx.Timeout(timeout_s, connect=10.0),
+                                       limits=limits)
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def health(self) -> bool:
+        try:
+            return (await self._http.get("/health", timeout=2.0)).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    async def complete(self, prompt: list[int], output_tokens: int, session_id: str,
+                       turn_index: int) -> Completion:
+        """Generate exactly `output_tokens` tokens after `prompt`; return the generated ids."""
+        body = {"model": self.model, "prompt": prompt, "max_tokens": output_tokens,
+                "min_tokens": output_tokens, "ignore_eos": True, "temperature": 0.0,
+                "stream": True, "stream_options": {"include_usage": True}, "return_token_ids": True,
+                "vllm_xargs": {"session_id": session_id, "turn_index": turn_index}}
+        headers = {"X-Session-ID": session_id}
+        tokens: list[int] = []
+        cached: int | None = None
+        submitted = time.monotonic()
+        first = None
+        async with self._http.stream("POST", "/v1/completions", json=body, headers=headers) as r:
+            if r.status_code != 200:
+                detail = (await r.aread()).decode(errors="replace")[:500]
+                raise EngineError(f"/v1/completions {session_id} turn {turn_index}: HTTP {r.status_code}: {detail}")
+            async for line in r.aiter_lines():
+                if not line.startswith("data:"):
+                    continue
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    break
+                chunk = json.loads(data)
+                if "error" in chunk:
+                    raise EngineError(f"/v1/completions {session_id} turn {turn_index}: {chunk['error']}")
+                for choice in chunk.get("choices") or []:
+                    ids = choice.get("token_ids") or []
+                    if ids and first is None:
+                        first = time.monotonic()
+                    tokens.extend(ids)
+                usage = chunk.get("usage") or {}
+                details = usage.get("prompt_tokens_details") or {}
+                if details.get("cached_tokens") is not None:
+                    cached = int(details["cached_tokens"])
+        finished = time.monotonic()
+        if len(tokens) != output_tokens:
+            raise EngineError(f"/v1/completions {session_id} turn {turn_index}: asked for {output_tokens} "
+                              f"tokens, got {len(tokens)} (does the server honour min_tokens/ignore_eos "
+                              f"and return_token_ids?)")
+        return Completion(tokens, submitted, first if first is not None else finished, finished, cached)
+
+    async def post_events(self, events: list[Event]) -> None:
+        r = await self._http.post("/mars/v1/events", json={"events": [e.to_dict() for e in events]},
+                                  timeout=10.0)
+        if r.status_code != 200:
+            raise EngineError(f"/mars/v1/events: HTTP {r.status_code}: {r.text[:300]}")
+
+    async def stats(self) -> dict | None:
+        """`GET /mars/v1/stats`, or None where the server has no MARS plugin (stock vLLM)."""
+        try:
+            r = await self._http.get("/mars/v1/stats", timeout=5.0)
+        except httpx.HTTPError:
+            return None
+        return r.json() if r.status_code == 200 else None
+
+    async def metrics_text(self) -> str:
+        r = await self._http.get("/metrics", timeout=5.0)
+        r.raise_for_status()
+        return r.text
+
+    async def metrics(self) -> dict[str, float]:
+        return parse_prometheus(await self.metrics_text())
+
+
+class EventSink:
+    """Posts boundary events in batches: whatever queued while the previous post was in flight.
+
+    Delivery never stalls the replay; a failed post is logged and its events counted as dropped.
+    """
+
+    def __init__(self, engine: EngineClient) -> None:
+        self._engine = engine
+        self._pending: list[Event] = []
+        self._wake = asyncio.Event()
+        self._closing = False
+        self._task: asyncio.Task | None = None
+        self.sent = 0
+        self.dropped = 0
+        self.batches = 0
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._loop())
+
+    def emit(self, *events: Event) -> None:
+        self._pending.extend(events)
+        self._wake.set()
+
+    async def _loop(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            if self._pending:
+                batch, self._pending = self._pending, []
+                try:
+                    await self._engine.post_events(batch)
+                    self.sent += len(batch)
+                    self.batches += 1
+                except (httpx.HTTPError, EngineError) as e:
+                    self.dropped += len(batch)
+                    log.warning("dropped %d events: %s", len(batch), e)
+            if self._closing and not self._pending:
+                return
+
+    async def close(self) -> None:
+        """Flush what is pending, then stop."""
+        self._closing = True
+        self._wake.set()
+        if self._task is not None:
+            await self._task

@@ -1,0 +1,125 @@
+"""The replay client against a fake OpenAI-compatible engine: prompts, tagging, tools and events."""
+import asyncio
+
+import httpx
+import pytest
+
+from mars_openhands.events import parse_event
+from mars_openhands.replay.client import ReplayConfig, Replayer, timeline_point
+from mars_openhands.replay.engine import EngineClient, parse_prometheus, prometheus_labels
+from mars_openhands.replay.prompts import TokenSpace
+from mars_openhands.replay.tools import ToolPool
+from mars_openhands.workload.trace import SessionTrace, ToolCall, Turn
+
+SPACE = TokenSpace.from_vocab(300, exclude={0, 1, 2})
+
+
+def _sessions():
+    a = SessionTrace("a", 0.0, (Turn(64, 8, ToolCall("terminal", 0.3, 1.0, "pytest -q")),
+                                Turn(90, 4, ToolCall("editor", 0.05, 0.5)), Turn(110, 6)), "sys", 32)
+    b = SessionTrace("b", 0.2, (Turn(70, 5, ToolCall("terminal", 0.2, 1.0, "ls")),
+                                Turn(60, 5, shared_prefix_tokens=40)), "sys", 32)
+    return [a, b]
+
+
+def _replay(url, sessions, workers=1, **cfg):
+    async def main():
+        engine = EngineClient(url, "fake")
+        pool = ToolPool(workers)
+        try:
+            return await Replayer(engine, pool, SPACE, ReplayConfig(sample_interval_s=0.05, **cfg)).run(sessions)
+        finally:
+            await pool.close()
+            await engine.aclose()
+    return asyncio.run(main())
+
+
+def test_replay_sends_agent_like_prompts_tagged_with_the_session(fake_engine):
+    out = _replay(fake_engine.url, _sessions())
+    assert [s.finish_s is not None for s in out.sessions] == [True, True]
+    by_session = {}
+    for r in fake_engine.requests:
+        by_session.setdefault(r["session"], []).append(r["body"])
+    a, b = by_session["a"], by_session["b"]
+    assert [len(x["prompt"]) for x in a] == [64, 90, 110]
+    assert [x["max_tokens"] for x in a] == [8, 4, 6]
+    assert [x["vllm_xargs"] for x in a] == [{"session_id": "a", "turn_index": k} for k in range(3)]
+    # turn k+1 starts with turn k's prompt followed by exactly the tokens the engine streamed back
+    rec_a = out.sessions[0]
+    for k in range(2):
+        prev = a[k]["prompt"]
+        gen = [(len(prev) * 31 + j * 7 + prev[-1]) % 300 for j in range(a[k]["max_tokens"])]
+        assert a[k + 1]["prompt"][:len(prev) + len(gen)] == prev + gen
+    # rewritten history: b's second prompt keeps 40 tokens of the old context
+    assert b[1]["prompt"][:40] == b[0]["prompt"][:40] and len(b[1]["prompt"]) == 60
+    # shared system prompt across sessions, and the engine's prefix cache reports the hits
+    assert a[0]["prompt"][:32] == b[0]["prompt"][:32]
+    assert rec_a.turns[1].cached_tokens == 64 and rec_a.turns[1].shape.reusable_tokens == 72
+    # arrival respected
+    assert out.sessions[1].started_s >= 0.2
+
+
+def test_replay_posts_tool_and_session_events_with_measured_times(fake_engine):
+    out = _replay(fake_engine.url, _sessions())
+    events = [parse_event(e) for e in fake_engine.events]
+    kinds = [(type(e).__name__, getattr(e, "session_id", None)) for e in events]
+    assert kinds.count(("ToolStarted", "a")) == 2 and kinds.count(("ToolFinished", "a")) == 2
+    assert kinds.count(("ToolStarted", "b")) == 1 and kinds.count(("SessionEnded", "b")) == 1
+    assert out.events_sent == len(events) and out.events_dropped == 0
+    started = [e for e in events if type(e).__name__ == "ToolStarted"]
+    assert all(e.expected_duration_s is None for e in started)      # no clairvoyance
+    fin = {e.call_id: e for e in events if type(e).__name__ == "ToolFinished"}
+    assert 0.3 <= fin["a/0"].duration_s < 0.6 and fin["a/0"].command == "pytest -q"
+    rec = out.sessions[0].turns[0]
+    assert rec.tool_run_s == pytest.approx(fin["a/0"].duration_s)
+    # SessionEnded comes after the session's last tool event
+    a_events = [type(e).__name__ for e in events if getattr(e, "session_id", None) == "a"]
+    assert a_events[-1] == "SessionEnded" and a_events.count("SessionEnded") == 1
+    assert any(type(e).__name__ == "CpuTelemetry" for e in events)
+    assert out.timeline and out.timeline[0][1] == 4.0 and out.timeline[0][3] == 3
+
+
+def test_one_tool_worker_makes_concurrent_tools_queue(fake_engine):
+    sessions = [SessionTrace(f"s{i}", 0.0, (Turn(20, 2, ToolCall("terminal", 0.4)), Turn(30, 2)))
+                for i in range(3)]
+    out = _replay(fake_engine.url, sessions, workers=1)
+    waits = sorted(s.turns[0].tool_queue_wait_s for s in out.sessions)
+    assert waits[0] < 0.1 and waits[1] > 0.25 and waits[2] > 0.6
+    fin = [parse_event(e) for e in fake_engine.events if e["type"] == "tool_finished"]
+    assert sorted(round(e.queue_wait_s, 3) for e in fin) == sorted(round(w, 3) for w in waits)
+
+
+def test_a_failing_session_is_recorded_and_others_finish(fake_engine):
+    fake_engine.fail_session = "a"
+    out = _replay(fake_engine.url, _sessions())
+    a, b = out.sessions
+    assert a.finish_s is None and "HTTP 500" in a.error
+    assert b.finish_s is not None and b.error is None
+    ended = {e["session_id"]: e["reason"] for e in fake_engine.events if e["type"] == "session_ended"}
+    assert ended == {"a": "error", "b": "finished"}
+
+
+def test_event_delivery_failures_are_counted_not_fatal(fake_engine):
+    fake_engine.events_status = 503
+    out = _replay(fake_engine.url, _sessions()[:1])
+    assert out.sessions[0].finish_s is not None
+    assert out.events_sent == 0 and out.events_dropped >= 5
+
+
+def test_token_scale_and_tool_time_scale(fake_engine):
+    out = _replay(fake_engine.url, _sessions()[:1], token_scale=0.5, tool_time_scale=0.5)
+    lens = [len(r["body"]["prompt"]) for r in fake_engine.requests]
+    assert lens == [32, 45, 55]
+    assert 0.15 <= out.sessions[0].turns[0].tool_run_s < 0.3
+
+
+def test_prometheus_parsing_sums_labels_and_reads_config_labels():
+    text = ('# HELP x\nvllm:prefix_cache_hits_total{engine="0"} 10\nvllm:prefix_cache_hits_total{engine="1"} 5\n'
+            'vllm:cache_config_info{block_size="128",engine="0",gpu_memory_utilization="0.9"} 1.0\n')
+    assert parse_prometheus(text)["vllm:prefix_cache_hits_total"] == 15
+    assert prometheus_labels(text, "vllm:cache_config_info")["block_size"] == "128"
+
+
+def test_timeline_point_tolerates_a_stock_server_without_stats():
+    assert timeline_point(1.0, None, {"vllm:kv_cache_usage_perc": 0.5, "vllm:num_requests_running": 2}) == \
+        (1.0, None, 0.5, 0, 2, 0)
