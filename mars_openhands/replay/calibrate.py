@@ -1,0 +1,164 @@
+"""Engine cost measured on an idle server: the ideal latency of each session and the sim profile.
+
+Slowdown and goodput need each session's latency *alone on a warm, idle engine*. We measure it
+rather than guess it: probes on the idle server time a prefill of `n` new tokens after `ctx`
+cached ones (max_tokens=1), batch-1 decode at several context lengths, and decode with k requests
+in the batch. Least-squares fits (coefficients kept >= 0) give
+
+    prefill(n, ctx) = a + b n + c n (ctx + n/2)          (attention grows with the context)
+    decode step     = d0 + d_seq k + d_ctx sum(ctx)       (k sequences in the batch)
+
+The ideal turn = prefill of the tokens a warm cache cannot serve (full blocks only, never the last
+token, as vLLM does) + (output - 1) batch-1 decode steps; the ideal session adds its tool times.
+The same constants re-fit the simulator's `cpu-small` profile.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Callable
+
+import httpx
+import numpy as np
+
+from mars_openhands.events import SessionEnded
+from mars_openhands.replay.engine import EngineClient, EngineError
+from mars_openhands.replay.prompts import TokenSpace, TurnShape
+
+
+@dataclass(frozen=True)
+class EngineCosts:
+    """Fitted per-request costs of one engine + model + host (seconds)."""
+
+    block_size: int
+    prefill_a_s: float
+    prefill_per_token_s: float
+    prefill_per_token_ctx_s: float
+    decode_step_s: float                  # d0: a decode step's fixed cost
+    decode_per_seq_s: float               # d_seq: each sequence in the batch
+    decode_per_ctx_token_s: float         # d_ctx: each context token read by the batch
+
+    def prefill_s(self, new: int, ctx: int) -> float:
+        if new <= 0:
+            return self.prefill_a_s
+        return self.prefill_a_s + self.prefill_per_token_s * new + self.prefill_per_token_ctx_s * new * (ctx + new / 2)
+
+    def decode_step_at(self, batch: int, ctx_sum: int) -> float:
+        return self.decode_step_s + self.decode_per_seq_s * batch + self.decode_per_ctx_token_s * ctx_sum
+
+    def warm_hit(self, shape: TurnShape) -> int:
+        """Tokens a warm prefix cache serves: whole blocks of the reusable prefix, never the last token."""
+        usable = min(shape.reusable_tokens, shape.prompt_tokens - 1)
+        return max(0, usable) // self.block_size * self.block_size
+
+    def turn_s(self, shape: TurnShape) -> float:
+        hit = self.warm_hit(shape)
+        steps = shape.output_tokens - 1
+        decode = steps * self.decode_step_at(1, shape.prompt_tokens + shape.output_tokens // 2) if steps > 0 else 0.0
+        return self.prefill_s(shape.prompt_tokens - hit, hit) + decode
+
+    def session_ideal_s(self, shapes: list[TurnShape], tool_seconds: float) -> float:
+        return sum(self.turn_s(s) for s in shapes) + tool_seconds
+
+
+def nonneg_lstsq(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Least squares with coefficients >= 0 (drop the most negative one and refit)."""
+    active = list(range(x.shape[1]))
+    coef = np.zeros(x.shape[1])
+    while active:
+        sol, *_ = np.linalg.lstsq(x[:, active], y, rcond=None)
+        if (sol >= 0).all():
+            coef[active] = sol
+            return coef
+        del active[int(np.argmin(sol))]
+    return coef
+
+
+@dataclass
+class Samples:
+    """Raw probe timings, kept in the output for inspection."""
+
+    prefill: list[tuple[int, int, float]] = field(default_factory=list)      # (new, ctx, seconds)
+    decode: list[tuple[int, int, float]] = field(default_factory=list)       # (batch, ctx_sum, s/step)
+
+    def fit(self, block_size: int) -> EngineCosts:
+        if len(self.prefill) < 3 or len(self.decode) < 3:
+            raise ValueError("calibration: too few probe samples to fit engine costs")
+        p = np.array(self.prefill, dtype=float)
+        n, ctx, t = p[:, 0], p[:, 1], p[:, 2]
+        a, b, c = nonneg_lstsq(np.stack([np.ones_like(n), n, n * (ctx + n / 2)], axis=1), t)
+        d = np.array(self.decode, dtype=float)
+        d0, dseq, dctx = nonneg_lstsq(np.stack([np.ones(len(d)), d[:, 0], d[:, 1]], axis=1), d[:, 2])
+        return EngineCosts(block_size, float(a), float(b), float(c), float(d0), float(dseq), float(dctx))
+
+
+def _grid(top: int, block: int, points: int) -> list[int]:
+    """`points` block-aligned sizes spread up to `top` (at least one block)."""
+    top = max(block, top // block * block)
+    return sorted({max(block, int(top * f) // block * block) for f in np.linspace(1 / points, 1, points)})
+
+
+BATCHES = (2, 4, 8)
+
+
+@dataclass(frozen=True)
+class ProbePlan:
+    """Probe sizes covering a replay's range: prefill up to `max_new` new tokens after up to
+    `max_ctx` cached ones; decode at several contexts and batch sizes."""
+
+    new_sizes: list[int]
+    ctx_sizes: list[int]
+    decode_len: int
+    block_size: int
+    reps: int = 2
+
+    @classmethod
+    def cover(cls, block_size: int, max_new: int, max_ctx: int, max_output: int, reps: int = 2) -> "ProbePlan":
+        return cls(_grid(max_new, block_size, 3), [0] + _grid(max_ctx, block_size, 2),
+                   max(4, min(32, max_output)), block_size, reps)
+
+    @property
+    def count(self) -> int:
+        per_rep = len(self.ctx_sizes) * len(self.new_sizes) + len(self.ctx_sizes) + len(BATCHES)
+        return per_rep * self.reps
+
+
+async def calibrate(engine: EngineClient, space: TokenSpace, plan: ProbePlan,
+                    progress: Callable[[], None] | None = None) -> Samples:
+    """Run the probes of `plan` one at a time on an idle engine (batches: k at once)."""
+    s = Samples()
+    tick = progress or (lambda: None)
+    dl, bs = plan.decode_len, plan.block_size
+    for rep in range(plan.reps):
+        for ctx in plan.ctx_sizes:
+            for n in plan.new_sizes:
+                key = f"probe/{rep}/{ctx}/{n}"
+                base = space.draw(key + "/base", ctx)
+                if ctx:
+                    await engine.complete(base, 1, key, 0)             # warm the prefix
+                c = await engine.complete(base + space.draw(key + "/new", n), 1, key, 1)
+                hit = c.cached_tokens if c.cached_tokens is not None else ctx
+                s.prefill.append((ctx + n - hit, hit, c.finished - c.submitted))
+                tick()
+        for ctx in plan.ctx_sizes[1:] + [bs]:
+            key = f"probe/{rep}/decode/{ctx}"
+            c = await engine.complete(space.draw(key, ctx), dl, key, 0)
+            s.decode.append((1, ctx + dl // 2, (c.finished - c.first_token) / (dl - 1)))
+            tick()
+        for k in BATCHES:
+            key = f"probe/{rep}/batch/{k}"
+            cs = await asyncio.gather(*(engine.complete(space.draw(f"{key}/{i}", bs), dl, f"{key}/{i}", 0)
+                                        for i in range(k)))
+            per_step = float(np.median([(c.finished - c.first_token) / (dl - 1) for c in cs]))
+            s.decode.append((k, k * (bs + dl // 2), per_step))
+            tick()
+    ended = {f"probe/{rep}/{c}/{n}" for rep in range(plan.reps) for c in plan.ctx_sizes for n in plan.new_sizes}
+    ended |= {f"probe/{rep}/decode/{c}" for rep in range(plan.reps) for c in plan.ctx_sizes[1:] + [bs]}
+    ended |= {f"probe/{rep}/batch/{k}/{i}" for rep in range(plan.reps) for k in BATCHES for i in range(k)}
+    try:
+        await engine.post_events([SessionEnded(session_id=sid, t=time.time(), reason="calibration")
+                                  for sid in sorted(ended)])
+    except (EngineError, httpx.HTTPError):
+        pass    # a stock server has no events endpoint; the probes are finished requests anyway
+    return s
