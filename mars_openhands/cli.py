@@ -1,0 +1,315 @@
+"""`mars-openhands`: the command line.
+
+``simulate`` and ``gen-trace`` live here; the engine and agent commands are dispatched lazily to
+their modules so that each environment imports only what it has installed (.venv: core, simulator,
+vLLM; .venv-agent: OpenHands). Bad input ends with one ``error:`` line and exit status 2.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib
+import json
+import sys
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+PROG = "mars-openhands"
+
+#: command -> (module with main(argv) -> int, where it runs, what it does)
+DISPATCH: dict[str, tuple[str, str, str]] = {
+    "serve": ("mars_openhands.vllm.serve", "engine", "serve a model with vLLM under a MARS/baseline scheduler"),
+    "bench-engine": ("mars_openhands.vllm.bench", "engine", "replay a trace against the real engine"),
+    "run": ("mars_openhands.openhands.run", "agent", "run OpenHands agents against a served model"),
+    "record": ("mars_openhands.openhands.record", "agent", "record OpenHands conversations as a mars-trace"),
+    "report": ("mars_openhands.report", "core", "build the results report"),
+}
+_ENVIRONMENTS = {
+    "engine": "the engine environment .venv (`make setup-engine`, i.e. pip install -e '.[vllm]' on Python 3.11)",
+    "agent": "the agent environment .venv-agent (`make setup-agent`, i.e. pip install -e '.[openhands]' on Python 3.12)",
+    "core": "the core environment .venv (`make setup-engine`)",
+}
+
+
+class CliError(Exception):
+    """Bad input: reported as one line, exit status 2."""
+
+
+# ---- argument types -----------------------------------------------------------------------------
+
+def _positive(kind: Callable[[str], Any]) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
+        try:
+            v = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a positive {kind.__name__}, got {text!r}") from None
+        if not v > 0 or v != v or v == float("inf"):
+            raise argparse.ArgumentTypeError(f"expected a positive {kind.__name__}, got {text!r}")
+        return v
+    parse.__name__ = f"positive {kind.__name__}"
+    return parse
+
+
+def _float_list(n: int | None = None) -> Callable[[str], list[float]]:
+    def parse(text: str) -> list[float]:
+        try:
+            vals = [float(x) for x in text.split(",") if x.strip()]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+        if not vals or (n is not None and len(vals) != n) or any(not (v >= 0 and v < float("inf")) for v in vals):
+            want = f"{n} " if n else ""
+            raise argparse.ArgumentTypeError(f"expected {want}comma-separated non-negative numbers, got {text!r}")
+        return vals
+    parse.__name__ = "number list"
+    return parse
+
+
+def _synthetic_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("synthetic workload (see mars_openhands/workload/synthetic.py)")
+    g.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    g.add_argument("--arrival", choices=("poisson", "fixed", "burst"), default="poisson",
+                   help="arrival process (default poisson)")
+    g.add_argument("--burst-size", type=_positive(int), default=8, help="sessions per burst (burst arrivals)")
+    g.add_argument("--turns-scale", type=_positive(float), default=1.0,
+                   help="scale turns per session (1.0: p50 36, mean 41)")
+    g.add_argument("--context-scale", type=_positive(float), default=1.0, help="scale every token count")
+    g.add_argument("--max-context", type=_positive(int), default=92_000,
+                   help="condense history past this many tokens (default 92000)")
+    g.add_argument("--tool-mix", type=_float_list(3), default=(0.73, 0.22, 0.05),
+                   help="fast,medium,slow tool-call shares (default 0.73,0.22,0.05)")
+    g.add_argument("--tool-time-scale", type=_positive(float), default=1.0, help="scale every tool duration")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=PROG, description="MARS co-scheduler for self-hosted LLM agents.")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    sim = sub.add_parser("simulate", help="run policies side by side on one trace in the simulator",
+                         description="Run every named policy on the same trace; write DIR/summary.json, "
+                                     "DIR/trace.jsonl and plots; print the comparison table.")
+    src = sim.add_mutually_exclusive_group(required=True)
+    src.add_argument("--trace", type=Path, help="a mars-trace/1 JSON Lines file")
+    src.add_argument("--synthetic", type=_positive(int), metavar="N", help="generate N SWE-bench-like sessions")
+    sim.add_argument("--rate", type=_positive(float),
+                     help="sessions/s (synthetic default 0.2; with --trace: rescale its arrivals to this rate)")
+    sim.add_argument("--profile", required=True, help="hardware/model profile, e.g. h200-qwen3-coder-30b")
+    sim.add_argument("--policies", required=True, help="comma-separated policy names, e.g. fcfs,autellix,mars")
+    sim.add_argument("--tool-workers", type=_positive(int), help="host tool workers (default: the profile's)")
+    sim.add_argument("--kv-blocks", type=_positive(int), help="KV cache blocks (default: the profile's)")
+    sim.add_argument("--alpha", type=_positive(float), default=3.0, help="goodput threshold, x ideal (default 3)")
+    sim.add_argument("--sweep-rates", type=_float_list(), metavar="R1,R2,...",
+                     help="load sweep: one run per rate, DIR/rate-R/summary.json + DIR/sweep.json")
+    sim.add_argument("--out", type=Path, required=True, metavar="DIR", help="output directory")
+    _synthetic_args(sim)
+
+    gen = sub.add_parser("gen-trace", help="write a synthetic SWE-bench-like trace",
+                         description="Write a seeded synthetic trace and print its statistics.")
+    gen.add_argument("--synthetic", type=_positive(int), required=True, metavar="N", help="sessions")
+    gen.add_argument("--rate", type=_positive(float), default=0.2, help="sessions/s (default 0.2)")
+    gen.add_argument("--out", type=Path, required=True, metavar="FILE", help="trace file to write")
+    _synthetic_args(gen)
+
+    for name, (module, env, text) in DISPATCH.items():
+        sub.add_parser(name, help=f"{text} ({env} environment; `{PROG} {name} --help`)", add_help=False)
+    return p
+
+
+# ---- workloads ----------------------------------------------------------------------------------
+
+def _synthetic_config(args: argparse.Namespace, n: int, rate: float):
+    from mars_openhands.workload.synthetic import SyntheticConfig
+    try:
+        return SyntheticConfig(n, rate=rate, seed=args.seed, arrival=args.arrival, burst_size=args.burst_size,
+                               turns_scale=args.turns_scale, context_scale=args.context_scale,
+                               max_context_tokens=args.max_context, tool_mix=tuple(args.tool_mix),
+                               tool_time_scale=args.tool_time_scale)
+    except ValueError as e:
+        raise CliError(str(e)) from None
+
+
+def _read_trace(path: Path) -> list:
+    from mars_openhands.workload.trace import TraceError, read_trace
+    try:
+        return read_trace(path)
+    except OSError as e:
+        raise CliError(f"cannot read trace {path}: {e.strerror or e}") from None
+    except (TraceError, UnicodeDecodeError) as e:
+        raise CliError(f"bad trace {path}: {e}") from None
+
+
+def at_rate(sessions: Sequence, rate: float) -> list:
+    """The sessions with arrival gaps scaled so that the mean arrival rate is `rate` (order kept)."""
+    t0 = min(s.arrival_s for s in sessions)
+    span = max(s.arrival_s for s in sessions) - t0
+    if len(sessions) < 2 or span <= 0:
+        raise CliError("cannot set an arrival rate: all sessions of the trace arrive at the same time")
+    factor = (len(sessions) - 1) / span / rate
+    return [dataclasses.replace(s, arrival_s=round((s.arrival_s - t0) * factor, 3)) for s in sessions]
+
+
+# ---- simulate -----------------------------------------------------------------------------------
+
+def _load_simulator() -> tuple[Callable[..., Any], dict[str, Any]]:
+    """(run_simulation, {profile name: profile}); a clear error if the simulator is missing."""
+    try:
+        from mars_openhands.sim import run_simulation
+        from mars_openhands.sim.profiles import PROFILES
+    except ImportError as e:
+        raise CliError(f"the simulator (mars_openhands.sim) is not available: {e}") from None
+    return run_simulation, dict(PROFILES)
+
+
+def _policies(text: str) -> list[str]:
+    from mars_openhands.core.registry import policy_names
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    known = policy_names()
+    if not names:
+        raise CliError("--policies: no policy named")
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise CliError(f"--policies: unknown policy {', '.join(map(repr, unknown))}; known: {', '.join(known)}")
+    if len(set(names)) != len(names):
+        raise CliError(f"--policies: a policy is named twice in {text!r}")
+    return names
+
+
+def _out_dir(path: Path) -> Path:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise CliError(f"--out: cannot create directory {path}: {e.strerror or e}") from None
+    return path
+
+
+def _run_point(sessions: list, trace_label: str, profile_name: str, profile: Any, names: list[str],
+               args: argparse.Namespace, out: Path, run_simulation: Callable[..., Any],
+               label: str = "") -> dict[str, Any]:
+    """Run every policy on `sessions`; write summary.json, trace.jsonl, table.md and plots into `out`."""
+    from tqdm import tqdm
+
+    from mars_openhands import plots
+    from mars_openhands.metrics import format_table, ideal_mean_e2e, summarize
+    from mars_openhands.workload.trace import write_trace
+
+    write_trace(out / "trace.jsonl", sessions)
+    runs, summaries = {}, {}
+    total = len(sessions) * len(names)
+    with tqdm(total=total, desc=f"simulate{label}", unit="session", file=sys.stderr,
+              disable=None, dynamic_ncols=True) as bar:
+        for i, name in enumerate(names):
+            bar.set_postfix_str(name)
+            base = i * len(sessions)
+
+            def progress(done: int, *_: Any) -> None:
+                bar.update(base + min(done, len(sessions)) - bar.n)
+
+            run = run_simulation(sessions, profile, name, tool_workers=args.tool_workers,
+                                 kv_blocks=args.kv_blocks, progress=progress)
+            bar.update(base + len(sessions) - bar.n)
+            runs[name], summaries[name] = run, summarize(run, alpha=args.alpha)
+    summary = {"trace": trace_label, "profile": profile_name,
+               "ideal_mean_e2e_s": ideal_mean_e2e(next(iter(runs.values()))), "policies": summaries}
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    (out / "table.md").write_text(format_table(summaries, markdown=True) + "\n")
+    plots.e2e_cdf(runs, out / "e2e_cdf.png", title=f"E2E latency CDF{label} ({profile_name})")
+    for name, run in runs.items():
+        plots.timeline(run, out / f"timeline-{name}.png")
+    print(f"\n{trace_label}{label}  profile={profile_name}  ideal mean E2E {summary['ideal_mean_e2e_s']:.1f} s")
+    print(format_table(summaries))
+    return summary
+
+
+def simulate(args: argparse.Namespace) -> int:
+    from mars_openhands import plots
+    from mars_openhands.metrics import format_sweep
+    from mars_openhands.workload.synthetic import generate
+
+    names = _policies(args.policies)
+    if args.trace is not None:
+        base = _read_trace(args.trace)
+        label = str(args.trace)
+        make = lambda r: at_rate(base, r) if r is not None else base
+    else:
+        label_of = lambda r: f"{_synthetic_config(args, args.synthetic, r).source} n={args.synthetic}"
+        make = lambda r: generate(_synthetic_config(args, args.synthetic, r))
+        label = label_of(args.rate or 0.2)
+    run_simulation, profiles = _load_simulator()
+    if args.profile not in profiles:
+        raise CliError(f"--profile: unknown profile {args.profile!r}; known: {', '.join(profiles)}")
+    profile = profiles[args.profile]
+    out = _out_dir(args.out)
+    if not args.sweep_rates:
+        sessions = make(args.rate if args.trace is not None else (args.rate or 0.2))
+        _run_point(sessions, label, args.profile, profile, names, args, out, run_simulation)
+        return 0
+    if any(r <= 0 for r in args.sweep_rates):
+        raise CliError(f"--sweep-rates: rates must be > 0, got {args.sweep_rates}")
+    points = []
+    for rate in args.sweep_rates:
+        sessions = make(rate)
+        point_label = label if args.trace is not None else label_of(rate)
+        sub = _out_dir(out / f"rate-{rate:g}")
+        s = _run_point(sessions, point_label, args.profile, profile, names, args, sub, run_simulation,
+                       label=f" @ {rate:g}/s")
+        points.append({"rate": rate, "dir": sub.name, "ideal_mean_e2e_s": s["ideal_mean_e2e_s"],
+                       "policies": s["policies"]})
+    sweep = {"trace": label, "profile": args.profile, "rates": list(args.sweep_rates), "points": points}
+    (out / "sweep.json").write_text(json.dumps(sweep, indent=2) + "\n")
+    (out / "sweep.md").write_text(format_sweep(points, markdown=True) + "\n")
+    plots.latency_vs_load(points, out / "latency_vs_load.png", title=f"latency vs load ({args.profile})")
+    print("\nload sweep (mean / p95 E2E s, throughput sessions/s)")
+    print(format_sweep(points))
+    return 0
+
+
+# ---- gen-trace ----------------------------------------------------------------------------------
+
+def gen_trace(args: argparse.Namespace) -> int:
+    from mars_openhands.workload.stats import trace_stats
+    from mars_openhands.workload.synthetic import generate
+    from mars_openhands.workload.trace import write_trace
+
+    sessions = generate(_synthetic_config(args, args.synthetic, args.rate))
+    if args.out.parent and not args.out.parent.is_dir():
+        raise CliError(f"--out: directory {args.out.parent} does not exist")
+    try:
+        write_trace(args.out, sessions)
+    except OSError as e:
+        raise CliError(f"--out: cannot write {args.out}: {e.strerror or e}") from None
+    stats = trace_stats(sessions)
+    print(f"wrote {len(sessions)} sessions ({stats['llm_calls']} LLM calls) to {args.out}")
+    for key, value in stats.items():
+        print(f"  {key:22s} {value:,.3f}" if isinstance(value, float) else f"  {key:22s} {value}")
+    return 0
+
+
+# ---- entry --------------------------------------------------------------------------------------
+
+def _dispatch(command: str, argv: list[str]) -> int:
+    module, env, _ = DISPATCH[command]
+    try:
+        entry = importlib.import_module(module).main
+    except ImportError as e:
+        print(f"{PROG} {command}: error: cannot load {module} ({e}); `{PROG} {command}` runs in "
+              f"{_ENVIRONMENTS[env]}", file=sys.stderr)
+        return 2
+    return int(entry(argv) or 0)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in DISPATCH:
+        return _dispatch(argv[0], argv[1:])
+    args = build_parser().parse_args(argv)
+    try:
+        return simulate(args) if args.command == "simulate" else gen_trace(args)
+    except CliError as e:
+        print(f"{PROG} {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{PROG} {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

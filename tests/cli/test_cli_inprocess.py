@@ -1,0 +1,128 @@
+"""`mars-openhands simulate` / `gen-trace` driven in-process with a stand-in simulator.
+
+The stand-in is a test double for `mars_openhands.sim.run_simulation` (the real one is exercised
+by test_cli_e2e.py); it makes each policy's latency a known multiple of the ideal, so the summary,
+the ratios and the files written can be checked exactly.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mars_openhands import cli
+from mars_openhands.core import registry
+from mars_openhands.results import RunResult, SessionResult
+from mars_openhands.workload.trace import read_trace, write_trace
+from mars_openhands.workload.synthetic import synthetic_sessions
+
+FACTOR = {"fcfs": 4.0, "autellix": 3.0, "mars": 1.5, "mars-no-priority": 2.5}
+
+
+class FakeSim:
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    def __call__(self, sessions, profile, policy_name, *, tool_workers=None, kv_blocks=None, progress=None):
+        self.calls.append((sessions, profile, policy_name, tool_workers, kv_blocks))
+        out = []
+        for i, s in enumerate(sessions):
+            ideal = 10.0 + len(s.turns)
+            out.append(SessionResult(s.session_id, s.arrival_s, s.arrival_s + FACTOR[policy_name] * ideal,
+                                     ideal, len(s.turns)))
+            if progress:
+                progress(i + 1)
+        timeline = [(float(t), 8.0, 0.5, 3, 2, 1) for t in range(5)]
+        return RunResult(policy_name, out, preemptions=int(FACTOR[policy_name]), timeline=timeline)
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    sim = FakeSim()
+    monkeypatch.setattr(cli, "_load_simulator", lambda: (sim, {"test-profile": "PROFILE"}))
+    monkeypatch.setattr(registry, "policy_names", lambda: list(FACTOR))
+    return sim
+
+
+def test_simulate_runs_each_policy_on_the_same_trace_and_writes_summary(fake, tmp_path, capsys):
+    out = tmp_path / "run"
+    rc = cli.main(["simulate", "--synthetic", "6", "--rate", "0.5", "--seed", "3", "--profile", "test-profile",
+                   "--policies", "fcfs,autellix,mars", "--tool-workers", "4", "--kv-blocks", "900",
+                   "--turns-scale", "0.1", "--out", str(out)])
+    assert rc == 0
+    assert [c[2] for c in fake.calls] == ["fcfs", "autellix", "mars"]
+    assert all(c[0] is fake.calls[0][0] for c in fake.calls)           # one trace object for all
+    assert {(c[1], c[3], c[4]) for c in fake.calls} == {("PROFILE", 4, 900)}
+    summary = json.loads((out / "summary.json").read_text())
+    assert list(summary) == ["trace", "profile", "ideal_mean_e2e_s", "policies"]
+    assert summary["profile"] == "test-profile" and "seed=3" in summary["trace"]
+    assert list(summary["policies"]) == ["fcfs", "autellix", "mars"]
+    sessions = read_trace(out / "trace.jsonl")
+    assert sessions == fake.calls[0][0]
+    ideal = [10.0 + len(s.turns) for s in sessions]
+    assert summary["ideal_mean_e2e_s"] == pytest.approx(sum(ideal) / 6, abs=1e-3)
+    mars = summary["policies"]["mars"]
+    assert mars["mean_e2e_s"] == pytest.approx(1.5 * sum(ideal) / 6, abs=1e-3)
+    assert mars["goodput_fraction"] == 1.0 and summary["policies"]["fcfs"]["goodput_fraction"] == 0.0
+    assert summary["policies"]["autellix"]["preemptions"] == 3
+    for f in ("e2e_cdf.png", "timeline-mars.png", "table.md"):
+        assert (out / f).stat().st_size > 0
+    printed = capsys.readouterr().out
+    assert "mars" in printed and "2.67x" in printed          # fcfs mean / mars mean = 4 / 1.5
+
+
+def test_simulate_trace_file_with_rate_rescales_arrivals(fake, tmp_path):
+    trace = tmp_path / "in.jsonl"
+    write_trace(trace, synthetic_sessions(5, seed=1, rate=1.0, arrival="fixed", turns_scale=0.1))
+    rc = cli.main(["simulate", "--trace", str(trace), "--rate", "0.25", "--profile", "test-profile",
+                   "--policies", "fcfs", "--out", str(tmp_path / "o")])
+    assert rc == 0
+    assert [s.arrival_s for s in fake.calls[0][0]] == [0.0, 4.0, 8.0, 12.0, 16.0]
+    assert json.loads((tmp_path / "o" / "summary.json").read_text())["trace"] == str(trace)
+
+
+def test_sweep_writes_one_summary_per_rate_and_a_sweep(fake, tmp_path, capsys):
+    out = tmp_path / "sweep"
+    rc = cli.main(["simulate", "--synthetic", "4", "--profile", "test-profile", "--policies", "fcfs,mars",
+                   "--turns-scale", "0.1", "--sweep-rates", "0.1,0.4", "--out", str(out)])
+    assert rc == 0
+    sweep = json.loads((out / "sweep.json").read_text())
+    assert sweep["rates"] == [0.1, 0.4] and [p["rate"] for p in sweep["points"]] == [0.1, 0.4]
+    for p in sweep["points"]:
+        s = json.loads((out / p["dir"] / "summary.json").read_text())
+        assert s["policies"] == p["policies"]
+    assert (out / "latency_vs_load.png").stat().st_size > 0
+    assert "load sweep" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--policies", "fcfs,bogus"], "unknown policy 'bogus'"),
+    (["--policies", "fcfs,fcfs"], "named twice"),
+    (["--policies", ","], "no policy named"),
+    (["--profile", "h900"], "unknown profile 'h900'; known: test-profile"),
+])
+def test_bad_names_exit_2_with_message(fake, tmp_path, capsys, argv, message):
+    base = {"--profile": "test-profile", "--policies": "fcfs"}
+    base.update(dict(zip(argv[::2], argv[1::2])))
+    args = ["simulate", "--synthetic", "3", "--out", str(tmp_path / "o")] + [x for kv in base.items() for x in kv]
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert not fake.calls
+
+
+def test_trace_of_simultaneous_arrivals_cannot_take_a_rate(fake, tmp_path, capsys):
+    trace = tmp_path / "burst.jsonl"
+    write_trace(trace, synthetic_sessions(3, seed=1, arrival="burst", burst_size=3, turns_scale=0.1))
+    assert cli.main(["simulate", "--trace", str(trace), "--rate", "1", "--profile", "test-profile",
+                     "--policies", "fcfs", "--out", str(tmp_path / "o")]) == 2
+    assert "same time" in capsys.readouterr().err
+
+
+def test_gen_trace_writes_a_readable_trace_and_prints_stats(tmp_path, capsys):
+    out = tmp_path / "t.jsonl"
+    assert cli.main(["gen-trace", "--synthetic", "20", "--seed", "2", "--arrival", "fixed", "--rate", "2",
+                     "--out", str(out)]) == 0
+    sessions = read_trace(out)
+    assert len(sessions) == 20 and sessions[1].arrival_s == 0.5
+    assert "p50_deepest_prompt" in capsys.readouterr().out
