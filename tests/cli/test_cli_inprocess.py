@@ -126,3 +126,21 @@ def test_gen_trace_writes_a_readable_trace_and_prints_stats(tmp_path, capsys):
     sessions = read_trace(out)
     assert len(sessions) == 20 and sessions[1].arrival_s == 0.5
     assert "p50_deepest_prompt" in capsys.readouterr().out
+
+
+def test_dispatch_passes_remaining_argv_and_exit_status(monkeypatch, tmp_path):
+    (tmp_path / "fake_serve_cmd.py").write_text(
+        "seen = []\ndef main(argv):\n    seen.append(argv)\n    return 7\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(cli.DISPATCH, "serve", ("fake_serve_cmd", "engine", "serve"))
+    assert cli.main(["serve", "--model", "m", "--port", "1"]) == 7
+    import fake_serve_cmd
+    assert fake_serve_cmd.seen == [["--model", "m", "--port", "1"]]
+
+
+@pytest.mark.parametrize("env, words", [("engine", "make setup-engine"), ("agent", "make setup-agent")])
+def test_dispatch_to_a_missing_module_names_the_environment(monkeypatch, capsys, env, words):
+    monkeypatch.setitem(cli.DISPATCH, "serve", ("mars_openhands.no_such_module", env, "serve"))
+    assert cli.main(["serve"]) == 2
+    err = capsys.readouterr().err
+    assert "mars_openhands.no_such_module" in err and words in err and "Traceback" not in err
