@@ -1,0 +1,218 @@
+"""The two ways to run SWE-bench: offline on this host, or full with Docker, the hub dataset and a GPU.
+
+offline: the bundled task repo, a temporary local git workspace per instance, grading on the host
+  with swebench's own functions (`grading.py`).
+full: the official dataset (hub name or local file), an OpenHands agent-server container per
+  instance built on the instance's `swebench/sweb.eval.x86_64.*` image (the agent works in
+  `/testbed` through a RemoteConversation), grading by the real swebench harness after the run.
+  `preflight_full` names everything that is missing before anything starts.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from evaluation.swebench import patches
+
+OFFLINE, FULL, AUTO = "offline", "full", "auto"
+
+
+class FullModeUnavailable(RuntimeError):
+    """Full mode cannot run here; the message lists every missing piece."""
+
+
+# ---- offline ---------------------------------------------------------------------------------
+
+class OfflineBackend:
+    """Bundled tasks in local temporary git workspaces, graded on the host."""
+
+    name = OFFLINE
+
+    def __init__(self, python: str | None = None, grade_timeout_s: float = 300.0):
+        import sys
+
+        self.python = python or sys.executable
+        self.grade_timeout_s = grade_timeout_s
+
+    def create_workspace(self, instance: dict, scratch: Path | None) -> Path:
+        from evaluation.swebench.workspace import create_workspace
+
+        ws = create_workspace(instance, parent=scratch)
+        patches.ignore_build_droppings(ws)
+        return ws
+
+    def agent_workspace(self, workspace: Path) -> str:
+        return str(workspace)
+
+    def local_path(self, workspace: Path) -> Path:
+        return workspace
+
+    def extract_patch(self, workspace: Path, base_commit: str) -> str:
+        return patches.extract_patch(workspace, base_commit)
+
+    def remove_workspace(self, workspace: Path) -> None:
+        shutil.rmtree(workspace, ignore_errors=True)
+
+    def grade(self, instance: dict, patch: str, log_dir: Path) -> dict:
+        from evaluation.swebench.grading import grade
+
+        return grade(instance, patch, log_dir=log_dir, python=self.python,
+                     timeout=self.grade_timeout_s).to_json()
+
+
+# ---- full ------------------------------------------------------------------------------------
+
+Runner = Callable[[list[str]], subprocess.CompletedProcess]
+
+
+def _run(cmd: list[str]) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+
+
+def docker_problem(run: Runner = _run) -> str | None:
+    """Why Docker cannot be used here, or None when the daemon answers."""
+    if shutil.which("docker") is None:
+        return "Docker: the `docker` command is not installed"
+    try:
+        proc = run(["docker", "info", "--format", "{{.ServerVersion}}"])
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"Docker: `docker info` failed ({e})"
+    if proc.returncode != 0:
+        return f"Docker: no daemon answers (`docker info`: {(proc.stderr or proc.stdout).strip()[:200]})"
+    return None
+
+
+def gpu_problem(run: Runner = _run) -> str | None:
+    """Why no GPU engine can be started here, or None when `nvidia-smi` lists a GPU."""
+    if shutil.which("nvidia-smi") is None:
+        return "GPU: no NVIDIA GPU (`nvidia-smi` not found) to serve a real model; pass --engine-url"
+    proc = run(["nvidia-smi", "-L"])
+    if proc.returncode != 0 or "GPU" not in proc.stdout:
+        return "GPU: `nvidia-smi -L` lists no GPU; pass --engine-url of a GPU engine"
+    return None
+
+
+def load_dataset(name: str, split: str, instance_ids: list[str] | None) -> list[dict]:
+    """A SWE-bench dataset from the hub (offline: its local cache) or a local .json/.jsonl/.parquet."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # fail fast instead of retrying the hub for 26 s
+    from swebench.harness.utils import load_swebench_dataset
+
+    instances = load_swebench_dataset(name, split, instance_ids)
+    if not instances:
+        raise ValueError(f"dataset {name!r} split {split!r}: no instances")
+    return list(instances)
+
+
+def dataset_problem(name: str, split: str, instance_ids: list[str] | None,
+                    loader: Callable[..., list[dict]] = load_dataset) -> tuple[str | None, list[dict]]:
+    try:
+        return None, loader(name, split, instance_ids)
+    except Exception as e:  # noqa: BLE001 - datasets raises many kinds; the message says which
+        return (f"dataset: {name!r} (split {split!r}) cannot be loaded offline "
+                f"({type(e).__name__}: {str(e)[:200]}); pass a local .json/.jsonl/.parquet file"), []
+
+
+@dataclass
+class Preflight:
+    instances: list[dict] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    def raise_if_missing(self) -> None:
+        if self.problems:
+            raise FullModeUnavailable("full SWE-bench mode cannot run on this machine:\n  - "
+                                      + "\n  - ".join(self.problems)
+                                      + "\nUse --mode offline (the bundled task repo) here.")
+
+
+def preflight_full(dataset: str, split: str, instance_ids: list[str] | None, *, has_model: bool,
+                   engine_url: str | None, run: Runner = _run,
+                   loader: Callable[..., list[dict]] = load_dataset) -> Preflight:
+    """Check everything full mode needs and collect every problem (not just the first)."""
+    pre = Preflight()
+    for problem in (docker_problem(run),):
+        if problem:
+            pre.problems.append(problem)
+    if not has_model:
+        pre.problems.append("model: full mode needs a real model endpoint ([llm] in --config mars.toml); "
+                            "the oracle harness only plays the bundled offline tasks")
+    if engine_url is None:
+        problem = gpu_problem(run)
+        if problem:
+            pre.problems.append(problem)
+    problem, pre.instances = dataset_problem(dataset, split, instance_ids, loader)
+    if problem:
+        pre.problems.append(problem)
+    return pre
+
+
+def resolve_mode(mode: str, run: Runner = _run) -> str:
+    """`auto` is full where a Docker daemon answers, offline elsewhere."""
+    if mode not in (AUTO, OFFLINE, FULL):
+        raise ValueError(f"mode: expected auto, offline or full, got {mode!r}")
+    if mode != AUTO:
+        return mode
+    return FULL if docker_problem(run) is None else OFFLINE
+
+
+def swebench_image(instance: dict) -> str:
+    """The official per-instance evaluation image (swebench's naming: `__` becomes `_1776_`)."""
+    iid = instance["instance_id"].replace("__", "_1776_").lower()
+    return f"swebench/sweb.eval.x86_64.{iid}:latest"
+
+
+class DockerBackend:
+    """An agent-server container per instance on its SWE-bench image; the harness grades afterwards."""
+
+    name = FULL
+    WORKDIR = "/testbed"
+
+    def __init__(self, workspace_factory: Callable[..., Any] | None = None):
+        self.workspace_factory = workspace_factory or self._dev_workspace
+
+    @staticmethod
+    def _dev_workspace(**kwargs: Any) -> Any:
+        from openhands.workspace import DockerDevWorkspace
+
+        return DockerDevWorkspace(**kwargs)
+
+    def create_workspace(self, instance: dict, scratch: Path | None) -> Any:
+        return self.workspace_factory(base_image=swebench_image(instance), working_dir=self.WORKDIR,
+                                      platform="linux/amd64")
+
+    def agent_workspace(self, workspace: Any) -> Any:
+        return workspace
+
+    def local_path(self, workspace: Any) -> None:
+        return None
+
+    def extract_patch(self, workspace: Any, base_commit: str) -> str:
+        result = workspace.execute_command(
+            f"cd {self.WORKDIR} && git add -A && git diff --no-color --no-ext-diff --cached {base_commit}",
+            timeout=120)
+        if result.exit_code != 0:
+            raise RuntimeError(f"git diff in the container failed: {result.stderr.strip()[:300]}")
+        return patches.remove_binary_diffs(result.stdout)
+
+    def remove_workspace(self, workspace: Any) -> None:
+        workspace.cleanup()
+
+    def grade(self, instance: dict, patch: str, log_dir: Path) -> None:
+        return None  # the swebench harness grades the whole predictions file after the run
+
+
+def harness_command(dataset: str, split: str, predictions: Path, run_id: str, workers: int,
+                    instance_ids: list[str] | None = None) -> list[str]:
+    """The real swebench harness on a run's predictions (needs the Docker daemon)."""
+    import sys
+
+    cmd = [sys.executable, "-m", "swebench.harness.run_evaluation", "--dataset_name", dataset,
+           "--split", split, "--predictions_path", str(predictions), "--run_id", run_id,
+           "--max_workers", str(workers)]
+    if instance_ids:
+        cmd += ["--instance_ids", *instance_ids]
+    return cmd

@@ -1,0 +1,194 @@
+"""The oracle harness: a scripted "model" that plays a plausible SWE-bench trajectory.
+
+Test harness, not a solver. The local engine serves a random-weight model that cannot act, so
+where no real model is configured the agent's decisions come from here: look around the repository,
+read the files the fix touches, reproduce the issue by adding the instance's tests, see them fail,
+apply the gold fix through the file editor tool (one `str_replace` per hunk), see the tests pass,
+remove the reproduction tests, finish. Every step is a real tool call executed by the real
+OpenHands tools; every decision is still paid for by a real request to the engine (see
+`llm_proxy.py`), so the engine sees the prompt growth and output lengths of a real agent.
+
+The oracle is stateless: the step to play is the number of assistant turns already in the
+conversation, so an LLM retry replays the same step.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from evaluation.swebench.patches import FilePatch, parse_patch
+
+ORACLE_LABEL = "oracle-harness"
+TEST_TIMEOUT_S = 120
+
+
+@dataclass(frozen=True)
+class OracleStep:
+    """One assistant turn: a short thought and one tool call."""
+
+    tool: str
+    arguments: dict[str, Any]
+    thought: str
+
+    def as_message(self, call_id: str) -> dict[str, Any]:
+        """The OpenAI chat-completions form of this turn."""
+        return {"role": "assistant", "content": self.thought,
+                "tool_calls": [{"id": call_id, "type": "function",
+                                "function": {"name": self.tool, "arguments": json.dumps(self.arguments)}}]}
+
+    def text(self) -> str:
+        """What a model would have had to generate for this turn (sets the forced output length)."""
+        return f"{self.thought}\n<tool_call>{json.dumps({'name': self.tool, 'arguments': self.arguments})}</tool_call>"
+
+
+class OracleError(ValueError):
+    """The gold patch cannot be replayed as file edits on the workspace."""
+
+
+def test_ids(value: Any) -> list[str]:
+    """FAIL_TO_PASS / PASS_TO_PASS come as a list or as its JSON / Python-literal string."""
+    if isinstance(value, list):
+        return [str(v) for v in value]
+    if isinstance(value, str):
+        try:
+            parsed = json.loads(value)
+        except json.JSONDecodeError:
+            parsed = ast.literal_eval(value)
+        return [str(v) for v in parsed]
+    raise OracleError(f"test list: expected a list or a string, got {type(value).__name__}")
+
+
+def _unique_block(content: str, old: str, new: str, line: int, path: str) -> tuple[str, str]:
+    """Grow `old`/`new` with the file's lines around `line` (0-based) until `old` occurs once.
+
+    The file editor refuses ambiguous `old_str`s, as it should; a real agent adds context too.
+    """
+    if content.count(old) == 1:
+        return old, new
+    lines = content.splitlines(keepends=True)
+    n_old = len(old.splitlines())
+    if "".join(lines[line:line + n_old]) != old:
+        raise OracleError(f"{path}: hunk text not found at line {line + 1}:\n{old}")
+    for grow in range(1, len(lines) + 1):
+        before = "".join(lines[max(0, line - grow):line])
+        after = "".join(lines[line + n_old:line + n_old + grow])
+        if content.count(before + old + after) == 1:
+            return before + old + after, before + new + after
+    raise OracleError(f"{path}: cannot make the hunk's text unique in the file")
+
+
+def edit_steps(workspace: Path, diff: str, purpose: str) -> list[OracleStep]:
+    """File-editor calls that turn the workspace's files into the patched ones, hunk by hunk."""
+    steps = []
+    for fp in parse_patch(diff):
+        path = str(workspace / fp.path)
+        if fp.is_binary:
+            raise OracleError(f"{fp.path}: binary diffs cannot be replayed with the file editor")
+        if fp.is_deleted:
+            steps.append(OracleStep("terminal", {"command": f"rm {shlex.quote(path)}"},
+                                    f"{purpose}: {fp.path} is no longer needed, so I remove it."))
+            continue
+        if fp.is_new:
+            text = "".join(h.new_text for h in fp.hunks)
+            steps.append(OracleStep("file_editor", {"command": "create", "path": path, "file_text": text},
+                                    f"{purpose}: I create {fp.path}."))
+            continue
+        content = (workspace / fp.path).read_text()
+        shift = 0  # lines added by the hunks already replayed
+        for hunk in fp.hunks:
+            if hunk.old_text not in content:
+                raise OracleError(f"{fp.path}: hunk at line {hunk.old_start} does not match the file")
+            old, new = _unique_block(content, hunk.old_text, hunk.new_text,
+                                     max(0, hunk.old_start - 1 + shift), fp.path)
+            content = content.replace(old, new, 1)
+            shift += hunk.new_text.count("\n") - hunk.old_text.count("\n")
+            where = f" in `{hunk.section}`" if hunk.section else ""
+            steps.append(OracleStep("file_editor",
+                                    {"command": "str_replace", "path": path, "old_str": old, "new_str": new},
+                                    f"{purpose}: I edit {fp.path}{where}."))
+    return steps
+
+
+def _symbol(fp: FilePatch) -> str:
+    for hunk in fp.hunks:
+        m = re.search(r"(?:def|class)\s+(\w+)", hunk.section)
+        if m:
+            return m.group(1)
+    return Path(fp.path).stem
+
+
+def plan_trajectory(instance: Mapping[str, Any], workspace: Path) -> list[OracleStep]:
+    """The whole scripted trajectory for one instance, against its workspace at the base commit."""
+    workspace = workspace.resolve()
+    gold = parse_patch(instance["patch"])
+    tests = parse_patch(instance["test_patch"])
+    if not gold:
+        raise OracleError(f"{instance['instance_id']}: the gold patch touches no files")
+    f2p = test_ids(instance["FAIL_TO_PASS"])
+    test_files = sorted({fp.path for fp in tests})
+    run_f2p = (f"cd {shlex.quote(str(workspace))} && python -m pytest -q -x "
+               + " ".join(shlex.quote(t) for t in f2p))
+    run_suites = f"cd {shlex.quote(str(workspace))} && python -m pytest -q " + " ".join(test_files)
+    symbol = _symbol(gold[0])
+    steps = [
+        OracleStep("file_editor", {"command": "view", "path": str(workspace)},
+                   "Let me start by exploring the repository structure to understand the codebase."),
+        OracleStep("terminal", {"command": f"cd {shlex.quote(str(workspace))} && grep -rn "
+                                           f"{shlex.quote(symbol)} --include='*.py' . | head -40"},
+                   f"The issue points at `{symbol}`; let me find where it is defined and used."),
+    ]
+    steps += [OracleStep("file_editor", {"command": "view", "path": str(workspace / fp.path)},
+                         f"Let me read {fp.path}, which looks responsible for the behaviour.")
+              for fp in gold if not fp.is_new]
+    steps += [OracleStep("file_editor", {"command": "view", "path": str(workspace / fp.path)},
+                         f"Let me look at the existing tests in {fp.path} before writing new ones.")
+              for fp in tests if not fp.is_new]
+    steps += edit_steps(workspace, instance["test_patch"], "To reproduce the issue first")
+    steps.append(OracleStep("terminal", {"command": run_f2p, "timeout": TEST_TIMEOUT_S},
+                            "Let me run the new tests to confirm they reproduce the problem."))
+    steps += edit_steps(workspace, instance["patch"], "Now the fix")
+    steps.append(OracleStep("terminal", {"command": run_f2p, "timeout": TEST_TIMEOUT_S},
+                            "Let me rerun the reproduction tests with the fix in place."))
+    steps.append(OracleStep("terminal", {"command": run_suites, "timeout": TEST_TIMEOUT_S},
+                            "Now the whole test files, to check that nothing else broke."))
+    cleanup = [f"cd {shlex.quote(str(workspace))}"]
+    modified = [fp.path for fp in tests if not fp.is_new]
+    created = [fp.path for fp in tests if fp.is_new]
+    if modified:
+        cleanup.append("git checkout -- " + " ".join(map(shlex.quote, modified)))
+    if created:
+        cleanup.append("rm -f " + " ".join(map(shlex.quote, created)))
+    cleanup.append("git status --short")
+    steps.append(OracleStep("terminal", {"command": " && ".join(cleanup)},
+                            "The fix works. I remove my reproduction tests so that only the fix remains."))
+    steps.append(OracleStep("finish", {"message": f"Fixed the issue in {', '.join(fp.path for fp in gold)}: "
+                                                  f"the reproduction tests ({len(f2p)}) now pass and the "
+                                                  "existing tests still pass."},
+                            "I have fixed the issue and verified it with the tests."))
+    return steps
+
+
+@dataclass
+class Oracle:
+    """Plays `steps` in order; the turn to play is read off the conversation itself."""
+
+    instance_id: str
+    steps: list[OracleStep]
+
+    @staticmethod
+    def turn_of(messages: list[Mapping[str, Any]]) -> int:
+        return sum(1 for m in messages if m.get("role") == "assistant")
+
+    def next_step(self, messages: list[Mapping[str, Any]]) -> OracleStep:
+        """The step after the assistant turns already taken; past the script: finish."""
+        k = self.turn_of(messages)
+        if k < len(self.steps):
+            return self.steps[k]
+        return OracleStep("finish", {"message": "The script of the oracle harness is exhausted."},
+                          "I have nothing further to do.")

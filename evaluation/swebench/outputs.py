@@ -1,0 +1,108 @@
+"""A run directory's files: OpenHands-style `output.jsonl`, swebench `predictions.jsonl`, resume.
+
+Layout of RUN_DIR:
+  metadata.json              how the run was started (mode, harness, engine, model, policy, workers)
+  output.jsonl               one record per attempted instance (OpenHands' SWE-bench output shape)
+  predictions.jsonl          {instance_id, model_name_or_path, model_patch} for the swebench harness
+  instances/<id>/            agent.log, patch.diff, history.json, eval/ (grading logs), trace.jsonl
+
+A record without `error` means the instance is finished and a re-run skips it; a record with an
+error is kept (the failure is visible) until a re-run retries the instance and replaces it.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any, Iterable
+
+OUTPUT = "output.jsonl"
+PREDICTIONS = "predictions.jsonl"
+METADATA = "metadata.json"
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """Records of a JSON Lines file; a torn last line (a killed writer) is ignored."""
+    if not path.is_file():
+        return []
+    out = []
+    lines = path.read_text().splitlines()
+    for n, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            if n == len(lines):
+                break
+            raise ValueError(f"{path}:{n}: not valid JSON") from None
+    return out
+
+
+def is_finished(record: dict[str, Any]) -> bool:
+    return not record.get("error")
+
+
+class RunFiles:
+    """Appends records as instances end (thread-safe) and knows what a re-run may skip."""
+
+    def __init__(self, run_dir: Path):
+        self.run_dir = run_dir
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+
+    @property
+    def output(self) -> Path:
+        return self.run_dir / OUTPUT
+
+    @property
+    def predictions(self) -> Path:
+        return self.run_dir / PREDICTIONS
+
+    def instance_dir(self, instance_id: str) -> Path:
+        path = self.run_dir / "instances" / instance_id
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def records(self) -> list[dict[str, Any]]:
+        return read_jsonl(self.output)
+
+    def finished_ids(self) -> set[str]:
+        return {r["instance_id"] for r in self.records() if is_finished(r)}
+
+    def prepare_resume(self, todo: Iterable[str]) -> None:
+        """Drop the records of instances about to be retried, so each id has one record at the end."""
+        retry = set(todo)
+        self._rewrite(self.output, [r for r in self.records() if r["instance_id"] not in retry])
+        self._rewrite(self.predictions, [p for p in read_jsonl(self.predictions) if p["instance_id"] not in retry])
+
+    @staticmethod
+    def _rewrite(path: Path, records: list[dict[str, Any]]) -> None:
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in records))
+        tmp.replace(path)
+
+    def append(self, record: dict[str, Any], model_name: str) -> None:
+        """One finished or failed instance: its output record and its prediction."""
+        prediction = {"instance_id": record["instance_id"], "model_name_or_path": model_name,
+                      "model_patch": record["test_result"]["git_patch"]}
+        with self._lock:
+            with self.output.open("a") as f:
+                f.write(json.dumps(record) + "\n")
+            with self.predictions.open("a") as f:
+                f.write(json.dumps(prediction) + "\n")
+
+    def write_metadata(self, metadata: dict[str, Any]) -> None:
+        """Metadata of the first start is kept; a resume must not change what the run measures."""
+        path = self.run_dir / METADATA
+        if path.is_file():
+            old = json.loads(path.read_text())
+            keys = ("mode", "harness", "policy", "model")
+            changed = [k for k in keys if old.get(k) != metadata.get(k)]
+            if changed:
+                raise ValueError(f"{self.run_dir} holds a run with different "
+                                 + ", ".join(f"{k} ({old.get(k)!r} != {metadata.get(k)!r})" for k in changed)
+                                 + "; use another --output-dir")
+            return
+        path.write_text(json.dumps(metadata, indent=2) + "\n")

@@ -1,0 +1,205 @@
+"""`python -m evaluation.swebench.run`: SWE-bench through OpenHands agents on a MARS-scheduled engine.
+
+    # offline (default without a Docker daemon): bundled tasks, oracle harness, engine started here
+    python -m evaluation.swebench.run --policy mars --model models/tiny --workers 4
+    # against a running engine, a real model from mars.toml ([llm]), selected instances
+    python -m evaluation.swebench.run --engine-url http://127.0.0.1:8000 --config mars.toml \\
+        --instances marsbench__semverlite-41,marsbench__ttlcache-8
+    # full: hub dataset / local file, Docker workspaces, the swebench harness (fails fast here)
+    python -m evaluation.swebench.run --mode full --dataset princeton-nlp/SWE-bench_Lite --config mars.toml
+
+Without `[llm]` in a config the agents run under the ORACLE HARNESS (see oracle.py): scripted
+decisions, each paid for with a real engine request. Output: RUN_DIR/output.jsonl,
+predictions.jsonl, instances/<id>/..., engine_stats.jsonl; a re-run with the same RUN_DIR resumes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+from evaluation.swebench import modes
+from evaluation.swebench.driver import MODEL, ORACLE, Driver, DriverConfig, RunSummary
+from evaluation.swebench.engine_proc import REPO, EngineProcess, EngineStartError
+from evaluation.swebench.oracle import ORACLE_LABEL
+from mars_openhands.openhands.config import (AgentConfig, ConfigError, EmitterConfig, LLMConfig,
+                                             MarsConfig, WorkspaceConfig, load_config)
+
+OFFLINE_DATASETS = ("marsbench/SWE-bench_offline", "offline", "")
+DEFAULT_TOOLS = ("terminal", "file_editor")
+
+
+class UsageError(Exception):
+    """Bad input: one line, exit status 2."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m evaluation.swebench.run", description=__doc__.splitlines()[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--mode", choices=(modes.AUTO, modes.OFFLINE, modes.FULL), default=modes.AUTO,
+                   help="auto: full where a Docker daemon answers, else offline (default)")
+    p.add_argument("--dataset", default="", help="full: hub name or .json/.jsonl/.parquet; offline: the bundled repo")
+    p.add_argument("--split", default="test")
+    p.add_argument("--instances", default="", help="comma-separated instance ids, or @FILE with one per line")
+    p.add_argument("--workers", type=int, default=4, help="concurrent agents (default 4)")
+    p.add_argument("--config", type=Path, help="mars.toml: [llm] = a real model (replaces the oracle), [mars], [agent]")
+    p.add_argument("--harness", choices=("auto", ORACLE, MODEL), default="auto",
+                   help="auto: model when --config has [llm], else the oracle harness")
+    p.add_argument("--engine-url", default="", help="a running engine; without it one is started here")
+    p.add_argument("--policy", default="mars", help="engine scheduling policy (started engine; recorded)")
+    p.add_argument("--model", type=Path, default=REPO / "models" / "tiny", help="model directory for the engine")
+    p.add_argument("--engine-arg", action="append", default=[], metavar="ARG",
+                   help="extra argument for `mars-openhands serve` (repeatable), e.g. --engine-arg=--kv-cache-memory-bytes=64000000")
+    p.add_argument("--output-dir", type=Path, help="run directory (default runs/swebench/<mode>-<policy>)")
+    p.add_argument("--max-iterations", type=int, default=50)
+    p.add_argument("--no-grade", action="store_true", help="skip grading (offline)")
+    p.add_argument("--no-progress", action="store_true")
+    return p
+
+
+def parse_instances(text: str) -> list[str] | None:
+    if not text.strip():
+        return None
+    if text.startswith("@"):
+        path = Path(text[1:])
+        if not path.is_file():
+            raise UsageError(f"--instances: file {path} not found")
+        text = path.read_text().replace("\n", ",")
+    ids = [t.strip() for t in text.split(",") if t.strip()]
+    if len(set(ids)) != len(ids):
+        raise UsageError(f"--instances: an id is listed twice in {text!r}")
+    return ids
+
+
+def agent_config(args: argparse.Namespace, engine_url: str | None) -> tuple[MarsConfig, str]:
+    """The agent's MarsConfig and the harness: a config's [llm] is a real model, else the oracle."""
+    events = f"{engine_url}/mars/v1/events" if engine_url else None
+    if args.config is not None:
+        try:
+            cfg = load_config(args.config)
+        except ConfigError as e:
+            raise UsageError(str(e)) from None
+        harness = ORACLE if args.harness == ORACLE else MODEL
+        if cfg.mars.events_url is None and events:
+            import dataclasses
+            cfg = dataclasses.replace(cfg, mars=dataclasses.replace(cfg.mars, events_url=events))
+        return cfg, harness
+    if args.harness == MODEL:
+        raise UsageError("--harness model needs --config mars.toml with an [llm] table naming the model endpoint")
+    cfg = MarsConfig(path=Path("<oracle harness>"),
+                     llm=LLMConfig(model=f"openai/{ORACLE_LABEL}", base_url="http://127.0.0.1:1/v1",
+                                   timeout_s=1800.0),
+                     mars=EmitterConfig(events_url=events),
+                     agent=AgentConfig(max_iterations=args.max_iterations, tools=DEFAULT_TOOLS),
+                     workspace=WorkspaceConfig(working_dir=Path.cwd()))
+    return cfg, ORACLE
+
+
+def _offline_instances(args: argparse.Namespace, ids: list[str] | None) -> list[dict]:
+    from evaluation.swebench.tasks import TASK_REPO, load_instances
+
+    if args.dataset not in OFFLINE_DATASETS and Path(args.dataset).resolve() != TASK_REPO:
+        raise UsageError(f"--dataset {args.dataset!r}: offline mode runs the bundled task repo only "
+                         f"({TASK_REPO}); other datasets need --mode full")
+    try:
+        return load_instances(ids)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+
+
+def _print_summary(summary: RunSummary, total: int) -> None:
+    print(f"{summary.run_dir}: {summary.attempted} attempted, {summary.skipped} already finished, "
+          f"{summary.resolved} resolved, {summary.failed} failed of {total}; "
+          f"{summary.wall_s:.1f} s{' (interrupted: re-run to resume)' if summary.interrupted else ''}")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.workers < 1:
+        raise UsageError(f"--workers: must be >= 1, got {args.workers}")
+    ids = parse_instances(args.instances)
+    mode = modes.resolve_mode(args.mode)
+    engine_url = args.engine_url.rstrip("/") or None
+    has_model = args.config is not None and args.harness != ORACLE
+    if mode == modes.FULL:
+        pre = modes.preflight_full(args.dataset or "princeton-nlp/SWE-bench_Lite", args.split, ids,
+                                   has_model=has_model, engine_url=engine_url)
+        pre.raise_if_missing()
+        instances, backend = pre.instances, modes.DockerBackend()
+    else:
+        instances, backend = _offline_instances(args, ids), modes.OfflineBackend()
+        if args.no_grade:
+            backend.grade = lambda *a, **k: None  # type: ignore[method-assign]
+    run_dir = args.output_dir or REPO / "runs" / "swebench" / f"{mode}-{args.policy}"
+    engine = None
+    if engine_url is None and (not has_model or mode == modes.OFFLINE):
+        engine = EngineProcess(args.policy, args.model, run_dir / "engine.log", extra_args=args.engine_arg)
+        print(f"starting engine: policy {args.policy}, model {args.model} (log {engine.log_path})", file=sys.stderr)
+        engine.start()
+        engine_url = engine.url
+    try:
+        cfg, harness = agent_config(args, engine_url)
+        model_name = f"mars-openhands/{ORACLE_LABEL}" if harness == ORACLE else f"mars-openhands/{cfg.llm.model}"
+        metadata = {"mode": mode, "harness": harness, "policy": args.policy, "model": str(args.model) if harness == ORACLE
+                    else cfg.llm.model, "workers": args.workers, "engine_url": engine_url,
+                    "dataset": args.dataset or "marsbench/SWE-bench_offline", "split": args.split,
+                    "started": time.time(), "note": ("ORACLE HARNESS: scripted trajectories applying the gold "
+                                                     "patch; every LLM turn is a real engine request")
+                    if harness == ORACLE else "real model"}
+        from runtime_patches import openhands_sdk
+        from mars_openhands.openhands import instrument
+
+        openhands_sdk.apply()
+        _quiet_console()
+        instrument.enable(cfg.mars)
+        try:
+            driver = Driver(DriverConfig(run_dir=run_dir, agent=cfg, harness=harness, engine_url=engine_url,
+                                         workers=args.workers, model_name=model_name, metadata=metadata,
+                                         progress=not args.no_progress), backend)
+            summary = driver.run(instances)
+        finally:
+            instrument.disable()
+    finally:
+        if engine is not None:
+            engine.stop()
+    _print_summary(summary, len(instances))
+    if summary.interrupted:
+        return 130
+    if mode == modes.FULL and not summary.interrupted:
+        cmd = modes.harness_command(args.dataset, args.split, run_dir / "predictions.jsonl",
+                                    run_dir.name, args.workers, ids)
+        return subprocess.run(cmd, cwd=run_dir).returncode
+    return 0
+
+
+def _quiet_console() -> None:
+    """SDK INFO lines go to each instance's agent.log, not the terminal (the progress bar lives there)."""
+    for handler in logging.getLogger().handlers + logging.getLogger("openhands").handlers:
+        if isinstance(handler, logging.StreamHandler) and not isinstance(handler, logging.FileHandler):
+            handler.setLevel(logging.WARNING)
+
+
+def main(argv: list[str] | None = None) -> int:
+    os.environ.setdefault("OPENHANDS_SUPPRESS_BANNER", "1")
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    warnings.filterwarnings("ignore", message="Cost calculation failed")  # local models have no price
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    args = build_parser().parse_args(argv)
+    try:
+        return run(args)
+    except (UsageError, modes.FullModeUnavailable, EngineStartError, ValueError) as e:
+        print(f"swebench-run: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("swebench-run: interrupted; re-run the same command to resume", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
