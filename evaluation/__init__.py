@@ -1,0 +1,1 @@
+"""Benchmarks that drive mars-openhands the way users run it (SWE-bench)."""

@@ -1,0 +1,25 @@
+"""The bundled offline task repo: where it lives and how its instances are loaded.
+
+The task repo is this directory itself (``sweb.yaml`` + ``tasks/<id>/``), in the format
+``swebench dataset check`` validates; the projects' sources live in ``repos/<name>/``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+TASK_REPO = Path(__file__).resolve().parent
+REPOS_DIR = TASK_REPO / "repos"
+
+
+def load_instances(instance_ids: list[str] | None = None, task_repo: Path = TASK_REPO) -> list[dict]:
+    """Instances of a task repo as swebench's harness expects them (all, or those named).
+
+    Raises ValueError naming unknown ids, so a typo never silently shrinks a run.
+    """
+    from swebench.task.repo import load_task_repo
+
+    try:
+        return load_task_repo(task_repo, instance_ids)
+    except KeyError as e:
+        raise ValueError(f"unknown instance id(s): {e.args[0]}") from None

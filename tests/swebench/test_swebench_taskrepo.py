@@ -1,0 +1,100 @@
+"""The bundled task repo is a valid swebench task repo whose tasks are reproducible offline."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from swebench.task.checks import check_task_repo, errors
+from swebench.task.publish import write_parquets
+
+from evaluation.swebench.render import patched_files, rendered
+from evaluation.swebench.tasks import TASK_REPO, load_instances
+from evaluation.swebench.workspace import WorkspaceError, create_workspace, init_workspace
+
+pytestmark = pytest.mark.agent
+
+
+def test_swebench_dataset_check_passes():
+    assert check_task_repo(TASK_REPO) == []
+    cli = Path(sys.executable).with_name("swebench")
+    proc = subprocess.run([str(cli), "dataset", "check", str(TASK_REPO)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "looks well formed" in proc.stdout
+
+
+def test_dataset_check_rejects_a_broken_task(tmp_path, instances):
+    import shutil
+
+    repo = tmp_path / "repo"
+    shutil.copytree(TASK_REPO / "tasks", repo / "tasks")
+    shutil.copy(TASK_REPO / "sweb.yaml", repo / "sweb.yaml")
+    victim = repo / "tasks" / instances[0]["instance_id"]
+    (victim / "eval.sh").write_text("#!/bin/bash\npytest\n")
+    problems = [str(p) for p in errors(check_task_repo(repo))]
+    assert any("Start Test Output" in p and victim.name in p for p in problems)
+
+
+def test_at_least_eight_distinct_projects(instances):
+    repos = {i["repo"] for i in instances}
+    assert len(instances) >= 8 and len(repos) == len(instances)
+
+
+def test_every_task_has_fail_to_pass_and_pass_to_pass(instance):
+    assert instance["FAIL_TO_PASS"] and instance["PASS_TO_PASS"]
+    assert not set(instance["FAIL_TO_PASS"]) & set(instance["PASS_TO_PASS"])
+    assert instance["problem_statement"].strip() and instance["log_parser"] == "parse_log_pytest"
+
+
+def test_gold_patch_fixes_source_and_test_patch_only_touches_tests(instance):
+    gold, tests = patched_files(instance["patch"]), patched_files(instance["test_patch"])
+    assert gold and not any(f.startswith("tests/") for f in gold)
+    assert tests and all(f.startswith("tests/") for f in tests)
+    run_by_eval = {t.split("::")[0] for t in instance["FAIL_TO_PASS"] + instance["PASS_TO_PASS"]}
+    assert run_by_eval <= set(tests)
+
+
+def test_generated_files_are_up_to_date(instance):
+    task_dir = TASK_REPO / "tasks" / instance["instance_id"]
+    for name, content in rendered(task_dir).items():
+        assert (task_dir / name).read_text() == content, f"{name} stale: run python -m evaluation.swebench.render"
+    assert instance["test_patch"] in instance["eval_script"]
+
+
+def test_base_commit_is_reproducible(instance, tmp_path):
+    first = init_workspace(instance["repo"], tmp_path / "a")
+    second = init_workspace(instance["repo"], tmp_path / "b")
+    assert first == second == instance["base_commit"]
+
+
+def test_workspace_refuses_a_base_commit_that_does_not_match(tmp_path, instances):
+    wrong = dict(instances[0], base_commit="0" * 40)
+    with pytest.raises(WorkspaceError, match="base_commit"):
+        create_workspace(wrong, parent=tmp_path)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_unknown_instance_id_is_named():
+    with pytest.raises(ValueError, match="no-such-task"):
+        load_instances(["no-such-task"])
+
+
+def test_dataset_builds_to_parquet_offline(tmp_path, instances):
+    import pandas as pd
+
+    written = write_parquets(TASK_REPO, tmp_path)
+    frame = pd.read_parquet(written["marsbench/SWE-bench_offline/test"])
+    assert sorted(frame["instance_id"]) == sorted(i["instance_id"] for i in instances)
+    assert {"patch", "test_patch", "eval_script", "FAIL_TO_PASS", "PASS_TO_PASS", "base_commit"} <= set(frame.columns)
+
+
+def test_validation_derives_the_stored_test_lists(by_id):
+    from evaluation.swebench.validate import validate
+
+    instance = by_id["marsbench__inireader-17"]
+    result = validate(instance)
+    assert result.matches(instance) and not result.broken
+    tampered = dict(instance, FAIL_TO_PASS=instance["FAIL_TO_PASS"][:1])
+    assert not result.matches(tampered)
