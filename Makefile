@@ -25,6 +25,8 @@ help:
 	@echo "make test         the default test run (the README's test command)"
 	@echo "make test-slow    the slow suites"
 	@echo "make bench-sim    simulator speed benchmark (1,000 sessions, one policy)"
+	@echo "make swebench-dataset  check the bundled SWE-bench task repo and compile it to parquet (offline)"
+	@echo "make swebench-gold     grade every bundled task's gold patch on the host (no Docker)"
 
 setup: setup-engine setup-agent
 
@@ -86,3 +88,18 @@ bench-sim: setup-engine
 
 clean:
 	rm -rf $(VENV) $(AGENT_VENV) build *.egg-info .pytest_cache
+
+# The bundled offline SWE-bench task repo (evaluation/swebench): validated and compiled with
+# swebench's own CLI, graded on the host with swebench's grading functions.
+SWEBENCH_TASKS := evaluation/swebench
+SWEBENCH_OUT ?= out/swebench
+.PHONY: swebench-dataset swebench-gold
+swebench-dataset: setup-agent
+	$(AGENT_PY) -m evaluation.swebench.render --check
+	HF_HUB_OFFLINE=1 $(AGENT_VENV)/bin/swebench dataset check $(SWEBENCH_TASKS)
+	$(AGENT_PY) -m evaluation.swebench.validate
+	HF_HUB_OFFLINE=1 $(AGENT_VENV)/bin/swebench dataset build $(SWEBENCH_TASKS) -o $(SWEBENCH_OUT)
+
+swebench-gold: setup-agent
+	$(AGENT_PY) -m evaluation.swebench.evaluate --predictions gold --run-id gold \
+		--log-root $(SWEBENCH_OUT)/logs --report-dir $(SWEBENCH_OUT) --workers 2
