@@ -6,7 +6,7 @@ the same `Policy` objects; see `policy.py` for the call protocol and `registry.p
 from mars_openhands.core.context import PinTable, PolicyContext
 from mars_openhands.core.model import CpuState, KVState, Pin, PinOffer, Request, Session
 from mars_openhands.core.policy import FinishDecision, Policy
-from mars_openhands.core.registry import EngineShape, build_policy, policy_names
+from mars_openhands.core.registry import EngineShape, PolicyConfig, build_policy, policy_names
 
 __all__ = ["CpuState", "EngineShape", "FinishDecision", "KVState", "Pin", "PinOffer", "PinTable",
-           "Policy", "PolicyContext", "Request", "Session", "build_policy", "policy_names"]
+           "Policy", "PolicyConfig", "PolicyContext", "Request", "Session", "build_policy", "policy_names"]

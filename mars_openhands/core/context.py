@@ -57,3 +57,6 @@ class PolicyContext:
     #: Measured prefill throughput (tokens/s), an EMA the engine feeds through
     #: `Policy.observe_prefill`; prices recomputation in retention rules.
     prefill_tps: float = 5000.0
+    #: Requests that got service in the last step (set by `Policy.on_step`); Continuum drops a
+    #: pin instead of preempting only when at most one request runs.
+    running_requests: int = 0

@@ -32,6 +32,9 @@ class Request:
     last_scheduled_s: float = -1.0
     preemptions: int = 0
     started: bool = False         # first prefill chunk scheduled
+    preempted_s: float = -1.0     # when it last lost its KV; -1 once it got service again
+    quantum_left: int = 0         # prefill tokens left in its current level's quantum (PLAS)
+    wait_mark: int = 0            # engine-wide scheduled-token count when its wait was last settled
 
     @property
     def prefill_remaining(self) -> int:

@@ -13,6 +13,8 @@ in the same order, so a rule is implemented once:
   finish    `on_request_finished(req, blocks, now)` -> pins to release + an offer to pin the
             call's blocks; the engine pins them and calls `record_pin(...)`.
   events    `on_event(event)` -> pins to release now (tool cancelled, session ended).
+  window    `max_active`: most requests the engine keeps active (running + waiting); the rest
+            wait in an FCFS overflow queue (MARS: 30; None = unbounded).
 """
 from __future__ import annotations
 
@@ -64,7 +66,17 @@ class Policy:
 
     def resume_pin(self, session_id: str) -> Pin | None:
         """The pin to release now that the session's next call is in the engine, if any."""
-        return self.ctx.pins.pop(session_id) if self.retention.release_on_resume else None
+        if self.retention.release_on_resume:
+            return self.ctx.pins.pop(session_id)
+        pin = self.ctx.pins.get(session_id)
+        if pin is not None:
+            pin.expires_s = math.inf     # held until that call finishes (`on_request_finished`)
+        return None
+
+    @property
+    def max_active(self) -> int | None:
+        """Active-window size of the engine (running + waiting); see `Ordering.max_active`."""
+        return self.ordering.max_active
 
     def admit(self, backlog: Sequence[Session], now: float) -> list[Session]:
         """Admit parked sessions (arrival order in `backlog`) as the control plane allows."""
@@ -120,16 +132,22 @@ class Policy:
     def on_preempted(self, req: Request, now: float) -> None:
         self.ctx.now = now
         req.preemptions += 1
+        req.preempted_s = now
         self.ordering.on_preempted(req, self.ctx)
 
     def on_step(self, scheduled: Sequence[tuple[Request, int]], waiting: Sequence[Request],
                 now: float) -> None:
-        self.ctx.now = now
+        ctx = self.ctx
+        ctx.now = now
+        ctx.running_requests = len(scheduled)
         for req, tokens in scheduled:
             req.attained_tokens += tokens
             req.last_scheduled_s = now
             req.started = True
-        self.ordering.on_step(scheduled, waiting, self.ctx)
+            if req.preempted_s >= 0.0:
+                self.retention.on_readmitted(req, now - req.preempted_s, ctx)
+                req.preempted_s = -1.0
+        self.ordering.on_step(scheduled, waiting, ctx)
 
     def observe_prefill(self, tokens: int, seconds: float, alpha: float = 0.2) -> None:
         """Feed a measured prefill (tokens computed in `seconds`) into the prefill-rate EMA."""
@@ -204,6 +222,7 @@ class Policy:
             elif isinstance(ev, SessionEnded):
                 release.extend(p for p in [ctx.pins.pop(ev.session_id)] if p is not None)
                 if s is not None:
+                    self.retention.on_session_ended(s, ctx)
                     if s.admitted and not s.ended:
                         ctx.admitted_active -= 1
                     s.ended = True

@@ -1,19 +1,45 @@
 """Named policies: each is a composition of one strategy per role (see `policy.py`).
 
 The names are the public interface (`--policies`, `--policy`, the vLLM scheduler classes).
+Constants live in per-strategy config dataclasses gathered in `PolicyConfig`; engines override
+what their deployment needs (e.g. the OpenHands runs' AIMD window 2 / 8 / 8) without flags:
+
+    build_policy("mars", shape, PolicyConfig().with_overrides({"aimd.w_max": 8, "aimd.w_init": 8}))
+
+| name                  | ordering          | chunking | victim                 | retention | admission |
+|-----------------------|-------------------|----------|------------------------|-----------|-----------|
+| fcfs                  | request FCFS      | none     | newest                 | none      | none      |
+| autellix              | PLAS              | none     | (level, blocks, arr.)  | none      | none      |
+| infercept             | request FCFS      | none     | newest                 | min-waste | none      |
+| continuum             | program FCFS+pins | none     | latest session         | fixed TTL | none      |
+| continuum-dy          | program FCFS+pins | none     | latest session         | dyn. TTL  | none      |
+| mars                  | MLFQ + aging      | halving  | (level, blocks, arr.)  | priced    | AIMD + LB |
+| mars-no-priority      | request FCFS      | halving  | newest                 | priced    | AIMD + LB |
+| mars-no-admission     | MLFQ + aging      | halving  | (level, blocks, arr.)  | priced    | none      |
+| mars-no-retention     | MLFQ + aging      | halving  | (level, blocks, arr.)  | none      | AIMD + LB |
+| mars-no-chunk-shrink  | MLFQ + aging      | none     | (level, blocks, arr.)  | priced    | AIMD + LB |
+
+`mars-no-priority` removes the whole internal priority coordinator (MLFQ order, quanta, the
+level-based victim and the active window), keeping admission, chunk shrinking and retention.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
 
-from mars_openhands.core.chunking import NoShrink
+from mars_openhands.core.admission import AimdAdmission, AimdConfig
+from mars_openhands.core.chunking import HalvingShrink, NoShrink
 from mars_openhands.core.context import PolicyContext
+from mars_openhands.core.continuum import ContinuumConfig, DynamicTtlRetention, FixedTtlRetention
 from mars_openhands.core.model import CpuState, KVState
-from mars_openhands.core.ordering import FcfsOrdering
+from mars_openhands.core.ordering import (FcfsOrdering, MlfqConfig, MlfqOrdering, PlasConfig,
+                                          PlasOrdering, ProgramFcfsOrdering)
 from mars_openhands.core.policy import Policy
-from mars_openhands.core.retention import NoRetention
-from mars_openhands.core.victim import NewestVictim
+from mars_openhands.core.priced import PricedConfig, PricedRetention
+from mars_openhands.core.retention import MinWasteConfig, MinWasteRetention, NoRetention
+from mars_openhands.core.strategies import Retention
+from mars_openhands.core.victim import ContinuumVictim, LevelBlocksArrivalVictim, NewestVictim
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,28 +50,113 @@ class EngineShape:
     block_size: int
     tool_workers: int
 
+    def __post_init__(self) -> None:
+        for name in ("total_blocks", "block_size", "tool_workers"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"EngineShape.{name}: must be > 0, got {getattr(self, name)!r}")
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    """Every tunable constant of every named policy, defaults from policies.md."""
+
+    mlfq: MlfqConfig = field(default_factory=MlfqConfig)
+    plas: PlasConfig = field(default_factory=PlasConfig)
+    aimd: AimdConfig = field(default_factory=AimdConfig)
+    priced: PricedConfig = field(default_factory=PricedConfig)
+    infercept: MinWasteConfig = field(default_factory=MinWasteConfig)
+    continuum: ContinuumConfig = field(default_factory=ContinuumConfig)
+    #: Upper bound on pinned KV as a fraction of all blocks (the facade enforces it).
+    max_pinned_fraction: float = 0.5
+
+    def with_overrides(self, overrides: Mapping[str, Any]) -> "PolicyConfig":
+        """A copy with dotted fields replaced, e.g. {"aimd.w_max": 8, "max_pinned_fraction": 0.3}."""
+        top = {f.name: f for f in dataclasses.fields(self)}
+        plain: dict[str, Any] = {}
+        sections: dict[str, dict[str, Any]] = {}
+        for dotted, value in overrides.items():
+            section, _, name = dotted.rpartition(".")
+            if not section and name in top and not dataclasses.is_dataclass(getattr(self, name)):
+                plain[name] = value
+            elif section in top and name in {f.name for f in dataclasses.fields(getattr(self, section))}:
+                sections.setdefault(section, {})[name] = value
+            else:
+                raise ValueError(f"policy config: unknown setting {dotted!r}")
+        for section, changes in sections.items():      # one replace per section: validated once
+            plain[section] = dataclasses.replace(getattr(self, section), **changes)
+        return dataclasses.replace(self, **plain)
+
 
 def _context(shape: EngineShape) -> PolicyContext:
     return PolicyContext(KVState(shape.total_blocks, shape.total_blocks, shape.block_size),
                          CpuState(shape.tool_workers))
 
 
-def _fcfs(shape: EngineShape) -> Policy:
-    return Policy("fcfs", FcfsOrdering(), NoShrink(), NewestVictim(), NoRetention(), None,
-                  _context(shape))
+def _policy(name: str, shape: EngineShape, cfg: PolicyConfig, ordering, chunking, victim,
+            retention: Retention, admission) -> Policy:
+    return Policy(name, ordering, chunking, victim, retention, admission, _context(shape),
+                  max_pinned_fraction=cfg.max_pinned_fraction)
 
 
-POLICIES: dict[str, Callable[[EngineShape], Policy]] = {
+def _fcfs(shape: EngineShape, cfg: PolicyConfig) -> Policy:
+    return _policy("fcfs", shape, cfg, FcfsOrdering(), NoShrink(), NewestVictim(), NoRetention(), None)
+
+
+def _autellix(shape: EngineShape, cfg: PolicyConfig) -> Policy:
+    return _policy("autellix", shape, cfg, PlasOrdering(cfg.plas), NoShrink(),
+                   LevelBlocksArrivalVictim(spare_decode=False), NoRetention(), None)
+
+
+def _infercept(shape: EngineShape, cfg: PolicyConfig) -> Policy:
+    return _policy("infercept", shape, cfg, FcfsOrdering(), NoShrink(), NewestVictim(),
+                   MinWasteRetention(cfg.infercept), None)
+
+
+def _continuum(shape: EngineShape, cfg: PolicyConfig) -> Policy:
+    return _policy("continuum", shape, cfg, ProgramFcfsOrdering(), NoShrink(), ContinuumVictim(),
+                   FixedTtlRetention(cfg.continuum), None)
+
+
+def _continuum_dy(shape: EngineShape, cfg: PolicyConfig) -> Policy:
+    return _policy("continuum-dy", shape, cfg, ProgramFcfsOrdering(), NoShrink(), ContinuumVictim(),
+                   DynamicTtlRetention(cfg.continuum), None)
+
+
+def _mars(name: str, *, priority: bool = True, admission: bool = True, retention: bool = True,
+          chunk_shrink: bool = True) -> Callable[[EngineShape, PolicyConfig], Policy]:
+    def build(shape: EngineShape, cfg: PolicyConfig) -> Policy:
+        if priority:
+            mlfq = MlfqOrdering(cfg.mlfq)
+            ordering, victim = mlfq, LevelBlocksArrivalVictim(mlfq.base_level, spare_decode=True)
+        else:
+            ordering, victim = FcfsOrdering(), NewestVictim()
+        return _policy(name, shape, cfg, ordering, HalvingShrink() if chunk_shrink else NoShrink(),
+                       victim, PricedRetention(cfg.priced) if retention else NoRetention(),
+                       AimdAdmission(cfg.aimd) if admission else None)
+    return build
+
+
+POLICIES: dict[str, Callable[[EngineShape, PolicyConfig], Policy]] = {
     "fcfs": _fcfs,
+    "autellix": _autellix,
+    "infercept": _infercept,
+    "continuum": _continuum,
+    "continuum-dy": _continuum_dy,
+    "mars": _mars("mars"),
+    "mars-no-priority": _mars("mars-no-priority", priority=False),
+    "mars-no-admission": _mars("mars-no-admission", admission=False),
+    "mars-no-retention": _mars("mars-no-retention", retention=False),
+    "mars-no-chunk-shrink": _mars("mars-no-chunk-shrink", chunk_shrink=False),
 }
 
 
-def build_policy(name: str, shape: EngineShape) -> Policy:
+def build_policy(name: str, shape: EngineShape, config: PolicyConfig | None = None) -> Policy:
+    """A fresh policy instance (policies keep state: build one per engine run)."""
     try:
         factory = POLICIES[name]
     except KeyError:
         raise ValueError(f"unknown policy {name!r}; known: {', '.join(POLICIES)}") from None
-    return factory(shape)
+    return factory(shape, config or PolicyConfig())
 
 
 def policy_names() -> list[str]:

@@ -19,6 +19,10 @@ if TYPE_CHECKING:
 class Ordering(ABC):
     """Priority coordinator: who is served first, and how many prefill tokens per step."""
 
+    #: Most requests the engine keeps in its active set (running + waiting); later arrivals wait in
+    #: an FCFS overflow queue and enter as room frees up. None = unbounded (vLLM's default).
+    max_active: int | None = None
+
     @abstractmethod
     def key(self, req: Request, ctx: PolicyContext) -> tuple:
         """Sort key; smaller is served first. Used for running and waiting requests alike."""
@@ -32,7 +36,8 @@ class Ordering(ABC):
 
     def on_step(self, scheduled: Sequence[tuple[Request, int]], waiting: Sequence[Request],
                 ctx: PolicyContext) -> None:
-        """After a step: `scheduled` got (request, tokens) of service; `waiting` got none."""
+        """After a step: `scheduled` got (request, tokens) of service; `waiting` got none.
+        Called once the engine applied the step (`req.computed_tokens` includes these tokens)."""
 
     def on_preempted(self, req: Request, ctx: PolicyContext) -> None:
         """`req` lost its KV (recompute later)."""
@@ -61,7 +66,8 @@ class Retention(ABC):
     """KV retention while a session's tool runs: pin or not, for how long, what to revoke first."""
 
     #: True: a pin is released when the session's next call arrives (its prefix hit takes over).
-    #: False: released when that next call finishes (Continuum).
+    #: False: released when that next call finishes (Continuum); the facade then holds the pin
+    #: past its TTL while that call is queued or running.
     release_on_resume: bool = True
 
     @abstractmethod
@@ -79,7 +85,13 @@ class Retention(ABC):
         return sorted(pins, key=lambda p: (p.value_density, -p.pinned_s))
 
     def observe(self, event: Event, ctx: PolicyContext) -> None:
-        """Learn from a boundary event (tool durations, re-admission delays...)."""
+        """Learn from a boundary event (tool durations, pressure changes...)."""
+
+    def on_readmitted(self, req: Request, delay_s: float, ctx: PolicyContext) -> None:
+        """A preempted request got service again `delay_s` after it lost its KV."""
+
+    def on_session_ended(self, session: Session, ctx: PolicyContext) -> None:
+        """`session` ended (called before it is forgotten: its turn counts are still there)."""
 
 
 class Admission(ABC):

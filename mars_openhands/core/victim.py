@@ -1,7 +1,7 @@
 """Preemption victim selection."""
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 from mars_openhands.core.context import PolicyContext
 from mars_openhands.core.model import Request
@@ -13,3 +13,42 @@ class NewestVictim(VictimSelector):
 
     def choose(self, candidates: Sequence[Request], ctx: PolicyContext) -> Request:
         return max(candidates, key=lambda r: r.arrival_s)
+
+
+def feedback_level(req: Request) -> int:
+    """The level an ordering keeps in `req.level` (Autellix: its PLAS queue)."""
+    return req.level
+
+
+class LevelBlocksArrivalVictim(VictimSelector):
+    """MARS / Autellix: preempt max over (level, KV blocks held, arrival): the lowest-priority,
+    largest, newest request. With `spare_decode`, decoding requests count as level -1 (MARS:
+    evict prefills first, keep decoders streaming); Autellix ranks decoders by their level."""
+
+    def __init__(self, level_of: Callable[[Request], int] = feedback_level,
+                 spare_decode: bool = True) -> None:
+        self.level_of = level_of
+        self.spare_decode = spare_decode
+
+    def rank(self, req: Request) -> tuple:
+        if self.spare_decode and not req.is_prefill:
+            return (-1, req.kv_blocks, req.arrival_s)
+        return (self.level_of(req), req.kv_blocks, req.arrival_s)
+
+    def choose(self, candidates: Sequence[Request], ctx: PolicyContext) -> Request:
+        return max(candidates, key=self.rank)
+
+
+class ContinuumVictim(VictimSelector):
+    """Continuum: preempt the running request whose session entered latest (program-level FCFS
+    in reverse). Continuum also spares requests it knows are a session's last step; no engine
+    knows that in advance here (no clairvoyance), so that tie-break is left out. When at most one
+    request runs, Continuum drops a pin instead: see `ContinuumRevocation`."""
+
+    def choose(self, candidates: Sequence[Request], ctx: PolicyContext) -> Request:
+        sessions = ctx.sessions
+
+        def entered(r: Request) -> tuple:
+            s = sessions.get(r.session_id)
+            return (s.first_arrival_s if s is not None else r.arrival_s, r.arrival_s)
+        return max(candidates, key=entered)
