@@ -20,7 +20,7 @@ from pathlib import Path
 import yaml
 
 from evaluation.swebench.tasks import TASK_REPO
-from evaluation.swebench.workspace import source_dir
+from evaluation.swebench.workspace import COMMIT_MESSAGE, IDENTITY, source_dir
 
 HEREDOC = "EOF_114329324912"
 PYTEST_VERSION = "8.3.5"
@@ -48,12 +48,10 @@ RUN apt-get update && apt-get install -y --no-install-recommends git patch \\
     && rm -rf /var/lib/apt/lists/* && pip install --no-cache-dir pytest=={pytest}
 COPY repos/{name}/ /testbed/
 WORKDIR /testbed
-ENV GIT_AUTHOR_NAME=mars-openhands GIT_AUTHOR_EMAIL=bench@mars-openhands.invalid \\
-    GIT_AUTHOR_DATE=2026-01-01T00:00:00+0000 GIT_COMMITTER_NAME=mars-openhands \\
-    GIT_COMMITTER_EMAIL=bench@mars-openhands.invalid GIT_COMMITTER_DATE=2026-01-01T00:00:00+0000
+ENV {identity}
 RUN find . \\( -name __pycache__ -o -name .pytest_cache \\) -prune -exec rm -rf {{}} + \\
     && git init -q -b main && git add -A && git ls-files -z | xargs -0 git update-index --chmod=-x -- \\
-    && git -c commit.gpgsign=false commit -q -m "Import {repo} at its base revision" \\
+    && git -c commit.gpgsign=false commit -q -m {message} \\
     && test "$(git rev-parse HEAD)" = {base_commit}
 """
 
@@ -86,7 +84,8 @@ def render_dockerfile(meta: dict) -> str:
         image=meta["image"],
         base_commit=meta["base_commit"],
         name=meta["repo"].rsplit("/", 1)[-1],
-        repo=meta["repo"],
+        identity=" \\\n    ".join(f"{k}={shlex.quote(v)}" for k, v in IDENTITY.items()),
+        message=shlex.quote(COMMIT_MESSAGE.format(name=meta["repo"])),
         pytest=PYTEST_VERSION,
     )
 

@@ -17,8 +17,8 @@ from pathlib import Path
 from evaluation.swebench.tasks import REPOS_DIR
 
 _IGNORED = {"__pycache__", ".pytest_cache", ".git"}
-_COMMIT_MESSAGE = "Import {name} at its base revision"
-_IDENTITY = {
+COMMIT_MESSAGE = "Import {name} at its base revision"
+IDENTITY = {
     "GIT_AUTHOR_NAME": "mars-openhands",
     "GIT_AUTHOR_EMAIL": "bench@mars-openhands.invalid",
     "GIT_AUTHOR_DATE": "2026-01-01T00:00:00+0000",
@@ -35,7 +35,7 @@ class WorkspaceError(RuntimeError):
 def git_env() -> dict[str, str]:
     """Environment for git with the user's and system config shut out."""
     env = dict(os.environ)
-    env.update(_IDENTITY)
+    env.update(IDENTITY)
     env.update({"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "LC_ALL": "C"})
     return env
 
@@ -83,7 +83,7 @@ def init_workspace(repo: str, dest: Path) -> str:
     git(dest, "init", "-q", "-b", "main")
     git(dest, "add", "--", *files)
     git(dest, "update-index", "--chmod=-x", "--", *files)
-    git(dest, "commit", "-q", "-m", _COMMIT_MESSAGE.format(name=repo))
+    git(dest, "commit", "-q", "-m", COMMIT_MESSAGE.format(name=repo))
     return git(dest, "rev-parse", "HEAD").stdout.strip()
 
 

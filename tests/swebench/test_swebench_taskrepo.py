@@ -98,3 +98,27 @@ def test_validation_derives_the_stored_test_lists(by_id):
     assert result.matches(instance) and not result.broken
     tampered = dict(instance, FAIL_TO_PASS=instance["FAIL_TO_PASS"][:1])
     assert not result.matches(tampered)
+
+
+def test_dockerfile_recipe_reproduces_base_commit(instance, tmp_path):
+    """Runs the Dockerfile's ENV and final RUN (the testbed commit) with sh, as docker build would."""
+    import os
+    import shlex
+    import shutil
+
+    from evaluation.swebench.workspace import source_dir
+
+    text = (TASK_REPO / "tasks" / instance["instance_id"] / "Dockerfile").read_text().replace("\\\n", " ")
+    lines = [line for line in text.splitlines() if line and not line.startswith("#")]
+    env_line = next(line for line in lines if line.startswith("ENV "))
+    recipe = [line for line in lines if line.startswith("RUN ")][-1][4:]
+    copy = next(line for line in lines if line.startswith("COPY ")).split()
+    assert copy[1:] == [f"repos/{source_dir(instance['repo']).name}/", "/testbed/"]
+    testbed = tmp_path / "testbed"
+    shutil.copytree(source_dir(instance["repo"]), testbed)
+    (testbed / "__pycache__").mkdir(exist_ok=True)  # a dropping the recipe must not commit
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(dict(pair.split("=", 1) for pair in shlex.split(env_line[4:])))
+    env.update({"GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"})
+    proc = subprocess.run(["sh", "-c", recipe], cwd=testbed, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
