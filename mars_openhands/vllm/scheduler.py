@@ -1,0 +1,440 @@
+"""vLLM V1 scheduler classes that delegate every decision to the policy core.
+
+`--scheduler-cls mars_openhands.vllm.scheduler.<Name>Scheduler` (or `<Name>AsyncScheduler` where
+vLLM runs async scheduling) selects policy `<name>` from `mars_openhands.core.registry`; one class
+pair exists per registered policy name (`scheduler_class_path` maps a name to its path).
+
+The adapter is a thin translation layer; every rule lives in `mars_openhands.core.Policy`:
+
+- ordering: before each step `running` and `waiting` are sorted by `Policy.order`; vLLM then
+  serves `running` in list order and admits from the head of `waiting` as usual.
+- prefill quanta: `_reserve_prefill_lookahead` (the last hook before every allocation, running and
+  waiting alike) caps a prefill chunk at `Policy.chunk_tokens`.
+- allocation failure: the KV manager's `allocate_slots` is wrapped; on failure it retries with
+  `Policy.shrink` sizes, then revokes pins in `Policy.revocation_order`, then returns None so
+  vLLM's loop preempts. `running.pop()` (the only call vLLM's FCFS path uses to pick a victim) is
+  answered by `Policy.choose_victim` among the requests not yet scheduled this step. A shrunk
+  chunk's token count is corrected in `_update_after_schedule`, before vLLM advances counters.
+- pinning: `_free_blocks` (finish/abort) asks `Policy.on_request_finished`; a pin is one
+  `block_pool.touch` of the call's full, hashed, non-null blocks, released by exactly one
+  `block_pool.free_blocks` (`_unpin`). The prefix cache itself serves the next turn.
+- admission: the first call of a session the policy parks waits in `_parked` (outside vLLM's
+  queues, counted in `get_request_counts`) until `Policy.admit` admits its session.
+- active window: with `Policy.max_active` set, admitted calls beyond it wait in the FCFS
+  `_overflow` queue (also outside vLLM's queues, also counted) until running + waiting has room.
+- events: `apply_events` (called between steps through the EngineCore utility added by
+  `mars_openhands.vllm.plugin`) feeds `Policy.on_event`.
+
+Only the engine thread touches this object, so no locking is needed.
+"""
+from __future__ import annotations
+
+import os
+import time
+from collections import Counter, deque
+from typing import Any, Iterable
+
+from vllm.v1.core.kv_cache_utils import KVCacheBlock
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+from vllm.v1.core.sched.output import SchedulerOutput
+from vllm.v1.core.sched.scheduler import Scheduler
+from vllm.v1.request import Request, RequestStatus
+
+from mars_openhands.core import EngineShape, Pin, Policy, build_policy, policy_names
+from mars_openhands.core import Request as CoreRequest
+from mars_openhands.events import parse_event
+from mars_openhands.vllm.session import session_of, turn_index_of
+
+#: Finishes that end a turn normally (anything else - abort, error - pins nothing).
+_COMPLETED = (RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH_CAPPED,
+              RequestStatus.FINISHED_REPETITION)
+
+#: Seconds the engine loop naps when only parked requests exist (vLLM would spin at 1 ms).
+PARKED_IDLE_S = 0.01
+
+
+class _VictimList(list):
+    """`Scheduler.running` whose argument-less `pop()` asks the policy for the victim."""
+
+    __slots__ = ("chooser",)
+
+    def __init__(self, items: Iterable[Request] = (), chooser=None) -> None:
+        super().__init__(items)
+        self.chooser = chooser
+
+    def pop(self, index: int = -1) -> Request:  # type: ignore[override]
+        if index == -1 and self.chooser is not None:
+            victim = self.chooser(self)
+            if victim is not None:
+                return victim
+        return super().pop(index)
+
+
+class MarsSchedulerMixin:
+    """Policy-driven behaviour shared by the `Scheduler` and `AsyncScheduler` variants."""
+
+    POLICY: str = ""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        pool = self.kv_cache_manager.block_pool
+        workers = int(os.environ.get("MARS_TOOL_WORKERS", os.cpu_count() or 1))
+        shape = EngineShape(total_blocks=pool.num_gpu_blocks - 1, block_size=self.block_size,
+                            tool_workers=workers)
+        self.policy: Policy = build_policy(self.POLICY, shape)
+        self.mars_counters: Counter[str] = Counter()
+        self._creqs: dict[str, CoreRequest] = {}
+        self._parked: dict[str, list[Request]] = {}       # session id -> its parked calls
+        self._num_parked = 0
+        self._overflow: deque[Request] = deque()          # admitted, beyond the active window
+        self._resume_pins: dict[str, Pin] = {}            # request id -> pin released after lookup
+        self._shrunk: dict[str, int] = {}                 # request id -> tokens actually allocated
+        self._alloc_req: Request | None = None            # request being allocated this step
+        self._stock_allocate = self.kv_cache_manager.allocate_slots
+        self.kv_cache_manager.allocate_slots = self._allocate_slots
+        self.running = _VictimList(self.running)
+
+    # ---- arrivals, admission, aborts ----------------------------------------------------------
+
+    def add_request(self, request: Request) -> None:
+        if request.request_id in self.requests:          # streaming-input continuation
+            super().add_request(request)
+            return
+        now = time.time()
+        creq = CoreRequest(request.request_id, session_of(request), now,
+                           request.num_prompt_tokens, turn_index=turn_index_of(request),
+                           cached_tokens=self._expected_hit(request))
+        self._creqs[request.request_id] = creq
+        park = self.policy.on_request_arrival(creq, now)
+        pin = self.policy.resume_pin(creq.session_id)
+        if pin is not None:
+            self._resume_pins[request.request_id] = pin
+        if park:
+            self._parked.setdefault(creq.session_id, []).append(request)
+            self._num_parked += 1
+            self.mars_counters["parked"] += 1
+        else:
+            self._enter(request)
+
+    def _enter(self, request: Request) -> None:
+        """Hand an admitted call to vLLM's queues, or to the overflow queue if the window is full."""
+        limit = self.policy.max_active
+        if limit is not None and (self._overflow or self._num_active() >= limit):
+            self._overflow.append(request)
+            self.mars_counters["overflowed"] += 1
+        else:
+            super().add_request(request)
+
+    def _num_active(self) -> int:
+        return len(self.running) + len(self.waiting) + len(self.kv_holding_waiting)
+
+    def _fill_active(self) -> None:
+        limit = self.policy.max_active
+        room = len(self._overflow) if limit is None else limit - self._num_active()
+        while room > 0 and self._overflow:
+            super().add_request(self._overflow.popleft())
+            room -= 1
+
+    def _expected_hit(self, request: Request) -> int:
+        if not self.cache_config.enable_prefix_caching or not request.block_hashes:
+            return 0
+        _, hit, _ = self.kv_cache_manager.coordinator.find_longest_cache_hit(
+            request.block_hashes, request.num_tokens - 1)
+        return hit
+
+    def _admit_parked(self, now: float) -> None:
+        sessions = self.policy.ctx.sessions
+        backlog = [sessions[sid] for sid in self._parked if sid in sessions]
+        admitted = [s.session_id for s in self.policy.admit(backlog, now)]
+        # A parked session the policy forgot (it ended) must not strand its calls.
+        admitted += [sid for sid in self._parked if sid not in sessions]
+        for sid in admitted:
+            for request in self._parked.pop(sid, ()):
+                self._num_parked -= 1
+                self.mars_counters["admitted_from_park"] += 1
+                self._enter(request)
+
+    def finish_requests(self, request_ids: str | Iterable[str] | None,
+                        finished_status: RequestStatus) -> list[Request]:
+        if isinstance(request_ids, str):
+            request_ids = (request_ids,)
+        elif request_ids is not None:
+            request_ids = set(request_ids)
+        dropped: list[Request] = []
+        if self._num_parked:
+            for sid in list(self._parked):
+                keep = []
+                for request in self._parked[sid]:
+                    if request_ids is None or request.request_id in request_ids:
+                        request.status = finished_status
+                        dropped.append(request)
+                        self._forget(request, aborted=True)
+                    else:
+                        keep.append(request)
+                self._num_parked -= len(self._parked[sid]) - len(keep)
+                if keep:
+                    self._parked[sid] = keep
+                else:
+                    del self._parked[sid]
+            self.mars_counters["parked_aborted"] += len(dropped)
+        if self._overflow:
+            kept: deque[Request] = deque()
+            for request in self._overflow:
+                if request_ids is None or request.request_id in request_ids:
+                    request.status = finished_status
+                    dropped.append(request)
+                    self._forget(request, aborted=True)
+                else:
+                    kept.append(request)
+            self._overflow = kept
+        return dropped + super().finish_requests(request_ids, finished_status)
+
+    def get_request_counts(self) -> tuple[int, int]:
+        running, waiting = super().get_request_counts()
+        return running, waiting + self._num_parked + len(self._overflow)
+
+    # ---- one step -------------------------------------------------------------------------------
+
+    def schedule(self, *args: Any, **kwargs: Any) -> SchedulerOutput:
+        now = time.time()
+        self._sync_kv_state()
+        for pin in self.policy.expired_pins(now):
+            self._unpin(pin, "pins_expired")
+        self._admit_parked(now)
+        self._fill_active()
+        self._order(now)
+        self._shrunk.clear()
+        self.running.chooser = self._choose_victim
+        try:
+            out = super().schedule(*args, **kwargs)
+        finally:
+            self._alloc_req = None
+            if isinstance(self.running, _VictimList):
+                self.running.chooser = None
+        self._after_step(out, now)
+        if (self._num_parked or self._overflow) and not self.running and not self.waiting:
+            time.sleep(PARKED_IDLE_S)
+        return out
+
+    def _sync_kv_state(self) -> None:
+        kv = self.policy.ctx.kv
+        kv.free_blocks = self.kv_cache_manager.block_pool.get_num_free_blocks()
+        kv.pinned_blocks = self.policy.ctx.pins.total_blocks
+        pending = sum(r.num_tokens - r.num_computed_tokens for r in self.waiting)
+        kv.waiting_demand_blocks = kv.blocks_for(pending)
+
+    def _order(self, now: float) -> None:
+        creqs, requests = self._creqs, self.requests
+        running = [creqs[r.request_id] for r in self.running]
+        for c in running:
+            self._sync(c)
+        self.running = _VictimList(requests[c.request_id] for c in self.policy.order(running, now))
+        if len(self.waiting) > 1:
+            waiting = [creqs[r.request_id] for r in self.waiting]
+            ordered = [requests[c.request_id] for c in self.policy.order(waiting, now)]
+            self.waiting.clear()
+            self.waiting.extend(ordered)
+
+    def _sync(self, c: CoreRequest, r: Request | None = None) -> CoreRequest:
+        """Copy vLLM's counters into the policy's view (policy-owned fields are left alone)."""
+        r = r if r is not None else self.requests[c.request_id]
+        c.computed_tokens = min(r.num_computed_tokens, r.num_prompt_tokens)
+        c.output_tokens = r.num_output_tokens
+        return c
+
+    def _reserve_prefill_lookahead(self, request: Request, num_computed_tokens: int,
+                                   num_new_tokens: int) -> int:
+        n = super()._reserve_prefill_lookahead(request, num_computed_tokens, num_new_tokens)
+        c = self._creqs.get(request.request_id)
+        if c is None or n <= 1:
+            return n
+        c.computed_tokens = min(num_computed_tokens, request.num_prompt_tokens)
+        if c.is_prefill:
+            capped = self.policy.chunk_tokens(c, n)
+        else:   # a resumed request recomputing its own output tokens: still a prefill chunk
+            quantum = self.policy.ordering.prefill_quantum(c, self.policy.ctx)
+            capped = n if quantum is None else min(n, quantum)
+        if capped < n:
+            self.mars_counters["quantum_capped_chunks"] += 1
+        return max(1, capped)
+
+    def _allocate_slots(self, request: Request, num_new_tokens: int, *args: Any,
+                        **kwargs: Any):
+        """vLLM's allocation, then the policy's fallbacks: smaller chunks, then revoked pins."""
+        self._alloc_req = request
+        blocks = self._try_sizes(request, num_new_tokens, args, kwargs)
+        if blocks is None:
+            for pin in self.policy.revocation_order():
+                if self.policy.release_pin(pin.session_id) is None:
+                    continue
+                self._unpin(pin, "pins_revoked")
+                blocks = self._try_sizes(request, num_new_tokens, args, kwargs)
+                if blocks is not None:
+                    break
+        return blocks
+
+    def _try_sizes(self, request: Request, n: int, args: tuple, kwargs: dict):
+        rid = request.request_id
+        self._shrunk.pop(rid, None)
+        blocks = self._stock_allocate(request, n, *args, **kwargs)
+        size = n
+        while blocks is None:
+            smaller = self.policy.shrink(size)
+            if smaller is None or smaller >= size or smaller <= 0:
+                return None
+            size = smaller
+            blocks = self._stock_allocate(request, size, *args, **kwargs)
+        if size < n:
+            self._shrunk[rid] = size
+            self.mars_counters["chunks_shrunk"] += 1
+        return blocks
+
+    def _choose_victim(self, running: _VictimList) -> Request | None:
+        """Victim among the running requests not yet scheduled this step (from the current one on)."""
+        current = self._alloc_req
+        start = next((i for i, r in enumerate(running) if r is current), 0)
+        candidates = [self._sync_blocks(self._creqs[r.request_id]) for r in running[start:]]
+        if not candidates:
+            return None
+        victim_c = self.policy.choose_victim(candidates)
+        victim = self.requests[victim_c.request_id]
+        list.remove(running, victim)
+        self.policy.on_preempted(victim_c, time.time())
+        self.mars_counters["preemptions"] += 1
+        return victim
+
+    def _sync_blocks(self, c: CoreRequest) -> CoreRequest:
+        self._sync(c)
+        c.kv_blocks = sum(len(m.req_to_blocks.get(c.request_id, ()))
+                          for m in self.kv_cache_manager.coordinator.single_type_managers)
+        return c
+
+    def _update_after_schedule(self, scheduler_output: SchedulerOutput) -> None:
+        counts = scheduler_output.num_scheduled_tokens
+        for rid, size in self._shrunk.items():
+            if rid in counts and size < counts[rid]:
+                scheduler_output.total_num_scheduled_tokens -= counts[rid] - size
+                counts[rid] = size
+        super()._update_after_schedule(scheduler_output)
+
+    def _after_step(self, out: SchedulerOutput, now: float) -> None:
+        creqs = self._creqs
+        scheduled = []
+        for rid, n in out.num_scheduled_tokens.items():
+            c = creqs.get(rid)
+            if c is None:
+                continue
+            scheduled.append((self._sync(c), n))
+            pin = self._resume_pins.pop(rid, None)
+            if pin is not None:     # its prefix lookup is done: the request holds the blocks now
+                self._unpin(pin, "pins_resumed")
+        waiting = [creqs[r.request_id] for r in self.waiting if r.request_id in creqs]
+        self.policy.on_step(scheduled, waiting, now)
+
+    # ---- finishing calls and pins ---------------------------------------------------------------
+
+    def _free_blocks(self, request: Request) -> None:
+        self._forget(request, aborted=request.status not in _COMPLETED)
+        super()._free_blocks(request)
+
+    def _forget(self, request: Request, aborted: bool) -> None:
+        """Account a finished or aborted call; pin its blocks if the policy offers it."""
+        rid = request.request_id
+        c = self._creqs.pop(rid, None)
+        pin = self._resume_pins.pop(rid, None)
+        if pin is not None:
+            self._unpin(pin, "pins_resumed")
+        if c is None:
+            return
+        now = time.time()
+        self._sync(c, request)
+        blocks = [] if aborted else self._pinnable_blocks(rid)
+        decision = self.policy.on_request_finished(c, len(blocks), now)
+        for old in decision.release:
+            self._unpin(old, "pins_released_on_finish")
+        if aborted:
+            old = self.policy.release_pin(c.session_id)
+            if old is not None:
+                self._unpin(old, "pins_released_on_abort")
+        elif decision.pin is not None:
+            self.kv_cache_manager.block_pool.touch(blocks)
+            self.policy.record_pin(c.session_id, len(blocks), decision.pin, now, handle=blocks)
+            self.mars_counters["pins_created"] += 1
+
+    def _pinnable_blocks(self, rid: str) -> list[KVCacheBlock]:
+        """The call's full, hashed, non-null blocks in all KV groups (what the next turn can hit)."""
+        return [b for m in self.kv_cache_manager.coordinator.single_type_managers
+                for b in m.req_to_blocks.get(rid, ())
+                if not b.is_null and b.block_hash is not None]
+
+    def _unpin(self, pin: Pin, reason: str) -> None:
+        """Release one pin: exactly one `free_blocks` per `touch`, tail blocks evicted first."""
+        blocks = pin.handle
+        if blocks is None:
+            raise RuntimeError(f"pin of session {pin.session_id!r} released twice")
+        pin.handle = None
+        self.kv_cache_manager.block_pool.free_blocks(reversed(blocks))
+        self.mars_counters[reason] += 1
+
+    def release_all_pins(self) -> int:
+        pins = [p for p in self.policy.ctx.pins]
+        for pin in pins:
+            self.policy.release_pin(pin.session_id)
+            self._unpin(pin, "pins_released_on_reset")
+        for rid in list(self._resume_pins):
+            self._unpin(self._resume_pins.pop(rid), "pins_released_on_reset")
+        return len(pins)
+
+    def reset_prefix_cache(self, *args: Any, **kwargs: Any) -> bool:
+        self.release_all_pins()
+        return super().reset_prefix_cache(*args, **kwargs)
+
+    # ---- the information stream ---------------------------------------------------------------
+
+    def apply_events(self, events: list[dict]) -> int:
+        """Feed wire-form events (validated again here: the engine trusts no caller)."""
+        parsed = [parse_event(e) for e in events]
+        for ev in parsed:
+            for pin in self.policy.on_event(ev):
+                self._unpin(pin, f"pins_released_on_{ev.TYPE}")
+        self.mars_counters["events"] += len(parsed)
+        return len(parsed)
+
+    def mars_stats(self) -> dict:
+        pool = self.kv_cache_manager.block_pool
+        running, waiting = super().get_request_counts()
+        return {
+            **self.policy.stats(),
+            "engine": {"running": running, "waiting": waiting,
+                       "parked_requests": self._num_parked, "parked_sessions": len(self._parked),
+                       "overflow_requests": len(self._overflow),
+                       "free_blocks": pool.get_num_free_blocks(),
+                       "total_blocks": pool.num_gpu_blocks - 1,
+                       "kv_usage": pool.get_usage()},
+            "counters": dict(self.mars_counters),
+        }
+
+
+def class_stem(policy: str) -> str:
+    """`continuum-dy` -> `ContinuumDy` (the class-name stem of a policy)."""
+    return "".join(part.capitalize() for part in policy.replace("_", "-").split("-"))
+
+
+def scheduler_class_path(policy: str, async_scheduling: bool = False) -> str:
+    if policy not in policy_names():
+        raise ValueError(f"unknown policy {policy!r}; known: {', '.join(policy_names())}")
+    suffix = "AsyncScheduler" if async_scheduling else "Scheduler"
+    return f"{__name__}.{class_stem(policy)}{suffix}"
+
+
+def _define_classes() -> None:
+    for name in policy_names():
+        stem = class_stem(name)
+        for base, suffix in ((Scheduler, "Scheduler"), (AsyncScheduler, "AsyncScheduler")):
+            cls = type(f"{stem}{suffix}", (MarsSchedulerMixin, base),
+                       {"POLICY": name, "__module__": __name__,
+                        "__doc__": f"vLLM {base.__name__} driven by the {name!r} policy."})
+            globals()[cls.__name__] = cls
+
+
+_define_classes()

