@@ -84,6 +84,12 @@ class EngineClient:
         except httpx.HTTPError:
             return False
 
+    async def served_model(self) -> str:
+        """The model name the server answers to (`/v1/models`)."""
+        r = await self._http.get("/v1/models", timeout=10.0)
+        r.raise_for_status()
+        return r.json()["data"][0]["id"]
+
     async def complete(self, prompt: list[int], output_tokens: int, session_id: str,
                        turn_index: int) -> Completion:
         """Generate exactly `output_tokens` tokens after `prompt`; return the generated ids."""

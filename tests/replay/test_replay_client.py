@@ -1,7 +1,6 @@
 """The replay client against a fake OpenAI-compatible engine: prompts, tagging, tools and events."""
 import asyncio
 
-import httpx
 import pytest
 
 from mars_openhands.events import parse_event

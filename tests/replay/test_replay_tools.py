@@ -38,8 +38,8 @@ def test_duration_within_tolerance_and_no_queue_when_a_worker_is_free():
         await pool.close()
         return runs
     long, short = asyncio.run(main())
-    assert 0.4 <= long.run_s < 0.4 + 0.25
-    assert 0.1 <= short.run_s < 0.1 + 0.25
+    assert 0.4 <= long.run_s < 0.4 + 0.4       # spawn and exit overhead only (generous: shared CI host)
+    assert 0.1 <= short.run_s < 0.1 + 0.4
     assert long.queue_wait_s < 0.05 and short.queue_wait_s < 0.05
     assert long.exit_status == 0 == short.exit_status
 
@@ -67,24 +67,26 @@ def test_calls_queue_fifo_when_all_workers_are_busy():
     assert order == ["a", "b", "c"]
     assert in_flight == (1, 2, 3)
     assert a.queue_wait_s < 0.05
-    assert 0.3 <= b.queue_wait_s < 0.3 + 0.25          # waited for a
-    assert 0.4 <= c.queue_wait_s < 0.4 + 0.4           # waited for a and b
-    assert 0.1 <= b.run_s < 0.35                        # run time excludes the wait
+    assert b.queue_wait_s >= 0.28 and b.queue_wait_s == pytest.approx(a.run_s, abs=0.05)   # waited for a
+    assert c.queue_wait_s == pytest.approx(a.run_s + b.run_s, abs=0.1)                    # for a and b
+    assert 0.1 <= b.run_s < b.queue_wait_s            # run time excludes the wait
 
 
-def test_a_busy_tool_really_burns_cpu():
-    async def main():
+def test_a_busy_tool_really_burns_cpu_and_an_idle_one_does_not():
+    async def burn(cores):
         pool = ToolPool(workers=1)
-        task = asyncio.create_task(pool.run(0.6, 1.0))
+        task = asyncio.create_task(pool.run(0.8, cores))
         await asyncio.sleep(0.3)
         pid = pool.live_pids()[0]
         before = _cpu_seconds(pid)
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(0.3)
         used = _cpu_seconds(pid) - before
         await task
         await pool.close()
         return used
-    assert asyncio.run(main()) > 0.1    # about 0.2 s of CPU in 0.2 s of wall time
+    busy, idle = asyncio.run(burn(1.0)), asyncio.run(burn(0.0))
+    assert busy >= 0.1          # 0.3 s on a free core; at least a third of it on a loaded host
+    assert idle <= 0.02
 
 
 def test_cancel_kills_children_and_frees_the_worker():

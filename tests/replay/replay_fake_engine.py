@@ -1,0 +1,163 @@
+"""A fake OpenAI-compatible engine on 127.0.0.1: the test double of the replay's unit tests.
+
+It speaks the subset the replay uses: streamed `/v1/completions` with token-id prompts and
+`return_token_ids`, a block-granular prefix cache (so cached_tokens can be asserted), the MARS
+events endpoint (validated with the real schema), `/mars/v1/stats`, `/metrics` and `/health`.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
+
+from mars_openhands.events import EventError, parse_batch
+
+VOCAB = 300
+BLOCK = 16
+
+
+@dataclass
+class FakeEngine:
+    vocab: int = VOCAB
+    block: int = BLOCK
+    token_delay_s: float = 0.001
+    fail_session: str | None = None           # answer this session's requests with HTTP 500
+    events_status: int = 200                  # force an error status on /mars/v1/events
+    requests: list[dict] = field(default_factory=list)
+    events: list[dict] = field(default_factory=list)
+    event_batches: int = 0
+    cached_blocks: set = field(default_factory=set)
+    hits: int = 0
+    queries: int = 0
+    url: str = ""
+
+    def lookup(self, prompt: list[int]) -> int:
+        hit = 0
+        for end in range(self.block, len(prompt), self.block):   # never the last token
+            if tuple(prompt[:end]) not in self.cached_blocks:
+                break
+            hit = end
+        return hit
+
+    def insert(self, tokens: list[int]) -> None:
+        for end in range(self.block, len(tokens) + 1, self.block):
+            self.cached_blocks.add(tuple(tokens[:end]))
+
+    def app(self) -> FastAPI:
+        app = FastAPI()
+
+        @app.get("/v1/models")
+        async def models():
+            return {"object": "list", "data": [{"id": "fake-model", "object": "model"}]}
+
+        @app.get("/health")
+        async def health():
+            return PlainTextResponse("")
+
+        @app.post("/v1/completions")
+        async def completions(request: Request):
+            body = await request.json()
+            prompt = body["prompt"]
+            sid = request.headers.get("x-session-id")
+            self.requests.append({"t": time.monotonic(), "session": sid, "body": body})
+            if sid is not None and sid == self.fail_session:
+                return JSONResponse({"error": {"message": "injected failure"}}, status_code=500)
+            if not (isinstance(prompt, list) and all(isinstance(i, int) and 0 <= i < self.vocab for i in prompt)):
+                return JSONResponse({"error": {"message": "bad prompt ids"}}, status_code=400)
+            n = body["max_tokens"]
+            assert body["min_tokens"] == n and body["ignore_eos"] and body["return_token_ids"]
+            cached = self.lookup(prompt)
+            self.hits += cached
+            self.queries += len(prompt)
+            out = [(len(prompt) * 31 + j * 7 + prompt[-1]) % self.vocab for j in range(n)]
+
+            async def stream():
+                yield f"data: {json.dumps({'choices': [{'index': 0, 'text': '', 'token_ids': [], 'prompt_token_ids': prompt}]})}\n\n"
+                for tok in out:
+                    await asyncio.sleep(self.token_delay_s)
+                    yield f"data: {json.dumps({'choices': [{'index': 0, 'text': 'x', 'token_ids': [tok]}]})}\n\n"
+                self.insert(prompt + out[:-1])
+                usage = {"prompt_tokens": len(prompt), "completion_tokens": n,
+                         "prompt_tokens_details": {"cached_tokens": cached}}
+                yield f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n"
+                yield "data: [DONE]\n\n"
+            return StreamingResponse(stream(), media_type="text/event-stream")
+
+        @app.post("/mars/v1/events")
+        async def events(request: Request):
+            if self.events_status != 200:
+                return JSONResponse({"error": "injected"}, status_code=self.events_status)
+            body = await request.json()
+            try:
+                parse_batch(body)
+            except EventError as e:
+                return JSONResponse({"error": str(e)}, status_code=400)
+            self.events.extend(body["events"])
+            self.event_batches += 1
+            return {"accepted": len(body["events"])}
+
+        @app.get("/mars/v1/stats")
+        async def stats():
+            return {"admission": {"window": 4.0}, "pinned_blocks": 3}
+
+        @app.get("/metrics")
+        async def metrics():
+            return PlainTextResponse(
+                "# TYPE vllm:prefix_cache_hits counter\n"
+                f'vllm:prefix_cache_hits_total{{engine="0"}} {self.hits}\n'
+                f'vllm:prefix_cache_queries_total{{engine="0"}} {self.queries}\n'
+                'vllm:kv_cache_usage_perc{engine="0"} 0.25\n'
+                'vllm:num_requests_running{engine="0"} 1\n'
+                'vllm:num_requests_waiting{engine="0"} 0\n'
+                f'vllm:cache_config_info{{block_size="{self.block}",engine="0"}} 1.0\n')
+
+        return app
+
+
+class ServedFake:
+    """A FakeEngine served by uvicorn on a background thread at 127.0.0.1:<free port>."""
+
+    def __init__(self, engine: FakeEngine, port: int = 0) -> None:
+        self.engine = engine
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", port))
+        engine.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.server = uvicorn.Server(uvicorn.Config(engine.app(), log_level="warning", lifespan="off"))
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
+
+    def __enter__(self) -> FakeEngine:
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return self.engine
+
+    def __exit__(self, *exc) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)
+        self.sock.close()
+
+
+if __name__ == "__main__":
+    # Stand-in for `mars-openhands serve` in bench tests: `python replay_fake_engine.py PORT POLICY ARGS...`.
+    # With FAKE_SERVE_ESCAPE=1 it also starts a child in its own session, as a careless launcher might.
+    import os
+    import signal
+    import subprocess
+    import sys
+    port, policy = int(sys.argv[1]), sys.argv[2]
+    fake = FakeEngine(token_delay_s=0.0005)
+    print(f"fake engine policy={policy} port={port} args={sys.argv[3:]}", flush=True)
+    if os.environ.get("FAKE_SERVE_ESCAPE") == "1":
+        child = subprocess.Popen(["sleep", "300"], start_new_session=True)
+        print(f"escaped child {child.pid}", flush=True)
+    with ServedFake(fake, port):
+        signal.sigwait({signal.SIGTERM, signal.SIGINT})

@@ -1,0 +1,119 @@
+"""`bench-engine` end to end against fake engines in real subprocesses (one per policy)."""
+import json
+import os
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from mars_openhands.metrics import FIELDS
+from mars_openhands.replay import server as server_mod
+from mars_openhands.replay.server import EngineServer, descendants
+from mars_openhands.vllm import bench
+
+FAKE = Path(__file__).with_name("replay_fake_engine.py")
+SMALL = ["--synthetic", "3", "--rate", "2", "--seed", "1", "--turns-scale", "0.08", "--token-scale", "0.02",
+         "--tool-time-scale", "0.01", "--tool-workers", "2", "--calibration-reps", "1"]
+
+
+@pytest.fixture
+def fake_serve(monkeypatch):
+    def command(python, policy, model, port, vllm_args):
+        return [python, str(FAKE), str(port), policy, *vllm_args]
+    monkeypatch.setattr(server_mod, "serve_command", command)
+
+
+@pytest.fixture
+def model_dir(tmp_path):
+    d = tmp_path / "model"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({"vocab_size": 300, "max_position_embeddings": 4096}))
+    return d
+
+
+def _python_children() -> list[int]:
+    return [p for p in descendants(os.getpid())
+            if Path(f"/proc/{p}/cmdline").exists() and b"replay_fake_engine" in Path(f"/proc/{p}/cmdline").read_bytes()]
+
+
+def test_bench_writes_measured_summary_profile_and_turns(fake_serve, model_dir, tmp_path, capsys):
+    out = tmp_path / "out"
+    rc = bench.main([*SMALL, "--policies", "fcfs,mars", "--model", str(model_dir), "--kv-cache-memory-bytes",
+                     "123456", "--out", str(out), "--", "--max-num-seqs", "8"])
+    assert rc == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["measured"] is True and set(summary["policies"]) == {"fcfs", "mars"}
+    trace = [json.loads(line) for line in (out / "trace.jsonl").read_text().splitlines()]
+    turns = sum(len(s["turns"]) for s in trace)
+    for name, s in summary["policies"].items():
+        assert set(FIELDS) <= set(s)
+        assert s["completed"] == s["sessions"] == 3
+        assert s["prefix_hit_tokens"] > 0          # later turns hit the prefix of earlier ones
+        assert summary["events"][name]["sent"] > 0 and summary["events"][name]["dropped"] == 0
+    assert summary["ideal_mean_e2e_s"] > 0
+    rows = [json.loads(line) for line in (out / "turns.jsonl").read_text().splitlines()]
+    assert len(rows) == 2 * turns
+    profile = json.loads((out / "cpu-small-profile.json").read_text())
+    assert profile["block_size"] == 16 and profile["kv_blocks"] is None
+    assert profile["costs"]["decode_step_s"] + profile["costs"]["decode_per_seq_s"] > 0
+    assert (out / "e2e_cdf.png").stat().st_size > 0 and (out / "table.md").exists()
+    log = (out / "server-mars.log").read_text()
+    assert "policy=mars" in log and "'--kv-cache-memory-bytes', '123456'" in log
+    assert "'--max-num-seqs', '8'" in log and "--enable-prompt-tokens-details" in log
+    assert re.search(r"'--max-model-len', '\d+'", log)
+    assert "fcfs" in capsys.readouterr().out
+    assert _python_children() == []
+
+
+def test_interrupt_stops_engine_and_tools(fake_serve, model_dir, tmp_path, monkeypatch):
+    from mars_openhands.replay import client
+
+    async def interrupted(self, sessions):
+        await self.pool.run(0.01, 0.0)
+        raise KeyboardInterrupt
+    monkeypatch.setattr(client.Replayer, "run", interrupted)
+    rc = bench.main([*SMALL, "--policies", "fcfs", "--model", str(model_dir), "--out", str(tmp_path / "o")])
+    assert rc == 130
+    assert _python_children() == []
+
+
+def test_server_stop_kills_descendants_that_left_the_group(fake_serve, tmp_path, monkeypatch):
+    monkeypatch.setenv("FAKE_SERVE_ESCAPE", "1")
+    srv = EngineServer("fcfs", tmp_path, tmp_path / "log")
+    srv.start(30)
+    pids = descendants(srv.proc.pid)
+    assert pids
+    srv.stop()
+    escaped = int(re.search(r"escaped child (\d+)", (tmp_path / "log").read_text()).group(1))
+    assert escaped in pids
+    deadline = time.monotonic() + 5
+    while server_mod._start_time(escaped) is not None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    alive = server_mod._start_time(escaped) is not None
+    if alive:
+        os.kill(escaped, 9)
+    assert not alive
+
+
+def test_server_that_dies_reports_its_log(monkeypatch, tmp_path):
+    monkeypatch.setattr(server_mod, "serve_command",
+                        lambda python, *a: [python, "-c", "import sys; print('boom: no model'); sys.exit(3)"])
+    srv = EngineServer("fcfs", tmp_path, tmp_path / "log")
+    with pytest.raises(server_mod.ServerError, match="(?s)status 3.*boom: no model"):
+        srv.start(30)
+
+
+@pytest.mark.parametrize("extra, msg", [
+    (["--policies", "fcfs,nope"], "unknown policy 'nope'"),
+    (["--policies", "fcfs", "--token-scale", "50"], "lower --token-scale"),
+])
+def test_bad_input_is_one_error_line(model_dir, tmp_path, capsys, extra, msg):
+    rc = bench.main([*SMALL[:-8], *extra, "--model", str(model_dir), "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert rc == 2 and msg in err and err.count("error:") == 1
+
+
+def test_missing_model_dir_is_named(tmp_path, capsys):
+    rc = bench.main([*SMALL, "--policies", "fcfs", "--model", str(tmp_path / "none"), "--out", str(tmp_path / "o")])
+    assert rc == 2 and "--model" in capsys.readouterr().err
