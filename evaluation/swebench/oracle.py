@@ -51,7 +51,7 @@ class OracleError(ValueError):
     """The gold patch cannot be replayed as file edits on the workspace."""
 
 
-def test_ids(value: Any) -> list[str]:
+def parse_test_ids(value: Any) -> list[str]:
     """FAIL_TO_PASS / PASS_TO_PASS come as a list or as its JSON / Python-literal string."""
     if isinstance(value, list):
         return [str(v) for v in value]
@@ -130,7 +130,7 @@ def plan_trajectory(instance: Mapping[str, Any], workspace: Path) -> list[Oracle
     tests = parse_patch(instance["test_patch"])
     if not gold:
         raise OracleError(f"{instance['instance_id']}: the gold patch touches no files")
-    f2p = test_ids(instance["FAIL_TO_PASS"])
+    f2p = parse_test_ids(instance["FAIL_TO_PASS"])
     test_files = sorted({fp.path for fp in tests})
     run_f2p = (f"cd {shlex.quote(str(workspace))} && python -m pytest -q -x "
                + " ".join(shlex.quote(t) for t in f2p))

@@ -16,6 +16,7 @@ predictions.jsonl, instances/<id>/..., engine_stats.jsonl; a re-run with the sam
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import subprocess
@@ -77,21 +78,26 @@ def parse_instances(text: str) -> list[str] | None:
     return ids
 
 
-def agent_config(args: argparse.Namespace, engine_url: str | None) -> tuple[MarsConfig, str]:
+def load_agent_config(args: argparse.Namespace) -> MarsConfig | None:
+    """The --config file, validated before anything starts (None without one)."""
+    if args.config is None:
+        if args.harness == MODEL:
+            raise UsageError("--harness model needs --config mars.toml with an [llm] table naming the model endpoint")
+        return None
+    try:
+        return load_config(args.config)
+    except ConfigError as e:
+        raise UsageError(str(e)) from None
+
+
+def agent_config(args: argparse.Namespace, cfg: MarsConfig | None, engine_url: str | None) -> tuple[MarsConfig, str]:
     """The agent's MarsConfig and the harness: a config's [llm] is a real model, else the oracle."""
     events = f"{engine_url}/mars/v1/events" if engine_url else None
-    if args.config is not None:
-        try:
-            cfg = load_config(args.config)
-        except ConfigError as e:
-            raise UsageError(str(e)) from None
+    if cfg is not None:
         harness = ORACLE if args.harness == ORACLE else MODEL
         if cfg.mars.events_url is None and events:
-            import dataclasses
             cfg = dataclasses.replace(cfg, mars=dataclasses.replace(cfg.mars, events_url=events))
         return cfg, harness
-    if args.harness == MODEL:
-        raise UsageError("--harness model needs --config mars.toml with an [llm] table naming the model endpoint")
     cfg = MarsConfig(path=Path("<oracle harness>"),
                      llm=LLMConfig(model=f"openai/{ORACLE_LABEL}", base_url="http://127.0.0.1:1/v1",
                                    timeout_s=1800.0),
@@ -123,9 +129,10 @@ def run(args: argparse.Namespace) -> int:
     if args.workers < 1:
         raise UsageError(f"--workers: must be >= 1, got {args.workers}")
     ids = parse_instances(args.instances)
+    base_cfg = load_agent_config(args)
     mode = modes.resolve_mode(args.mode)
     engine_url = args.engine_url.rstrip("/") or None
-    has_model = args.config is not None and args.harness != ORACLE
+    has_model = base_cfg is not None and args.harness != ORACLE
     if mode == modes.FULL:
         pre = modes.preflight_full(args.dataset or "princeton-nlp/SWE-bench_Lite", args.split, ids,
                                    has_model=has_model, engine_url=engine_url)
@@ -137,13 +144,13 @@ def run(args: argparse.Namespace) -> int:
             backend.grade = lambda *a, **k: None  # type: ignore[method-assign]
     run_dir = args.output_dir or REPO / "runs" / "swebench" / f"{mode}-{args.policy}"
     engine = None
-    if engine_url is None and (not has_model or mode == modes.OFFLINE):
+    if engine_url is None and not has_model:  # the oracle harness needs an engine: start one
         engine = EngineProcess(args.policy, args.model, run_dir / "engine.log", extra_args=args.engine_arg)
         print(f"starting engine: policy {args.policy}, model {args.model} (log {engine.log_path})", file=sys.stderr)
         engine.start()
         engine_url = engine.url
     try:
-        cfg, harness = agent_config(args, engine_url)
+        cfg, harness = agent_config(args, base_cfg, engine_url)
         model_name = f"mars-openhands/{ORACLE_LABEL}" if harness == ORACLE else f"mars-openhands/{cfg.llm.model}"
         metadata = {"mode": mode, "harness": harness, "policy": args.policy, "model": str(args.model) if harness == ORACLE
                     else cfg.llm.model, "workers": args.workers, "engine_url": engine_url,

@@ -1,0 +1,59 @@
+"""SWE-bench driver tests: agent environment only (OpenHands V1, swebench); elsewhere not collected.
+
+The SDK is kept offline and out of the developer's home before anything imports it.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+if importlib.util.find_spec("openhands") is None or importlib.util.find_spec("swebench") is None \
+        or sys.version_info < (3, 12):
+    collect_ignore_glob = ["test_*.py"]
+
+_HOME = Path(tempfile.mkdtemp(prefix="mars-swe-test-home-"))
+for key, value in {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "HOME": str(_HOME),
+                   "OPENHANDS_PERSISTENCE_DIR": str(_HOME / ".openhands"),
+                   "OPENHANDS_SUPPRESS_BANNER": "1", "HF_HUB_OFFLINE": "1"}.items():
+    os.environ[key] = value
+
+
+def pytest_sessionfinish(session, exitstatus):
+    shutil.rmtree(_HOME, ignore_errors=True)
+
+
+@pytest.fixture
+def git_repo(tmp_path: Path) -> tuple[Path, str]:
+    """A small committed repository: (path, base commit)."""
+    from evaluation.swebench.workspace import git
+
+    repo = tmp_path / "repo"
+    (repo / "pkg").mkdir(parents=True)
+    (repo / "pkg" / "mod.py").write_text("def f(x):\n    return x + 1\n\n\ndef g(x):\n    return x + 1\n")
+    (repo / "README.md").write_text("demo\n")
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "base")
+    return repo, git(repo, "rev-parse", "HEAD").stdout.strip()
+
+
+@pytest.fixture
+def fake_engine():
+    from tests.swebench_driver.fake_engine import FakeEngine
+
+    engine = FakeEngine()
+    yield engine
+    engine.close()
+
+
+def tmux_servers() -> list[str]:
+    """Live tmux server processes (for leak checks)."""
+    out = subprocess.run(["pgrep", "-a", "tmux"], capture_output=True, text=True).stdout
+    return [line for line in out.splitlines() if line.strip()]

@@ -1,0 +1,74 @@
+"""The oracle proxy: each agent turn is forwarded to the engine with session tags and a forced length."""
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+
+from evaluation.swebench.llm_proxy import EngineUnavailable, OracleProxy
+from evaluation.swebench.oracle import Oracle, OracleStep
+
+pytestmark = pytest.mark.agent
+
+STEPS = [OracleStep("terminal", {"command": "grep -rn foo ."}, "Let me search."),
+         OracleStep("finish", {"message": "done"}, "Done.")]
+TOOLS = [{"type": "function", "function": {"name": "terminal", "parameters": {"type": "object"}}}]
+
+
+def _chat(url: str, messages: list, headers: dict | None = None, **extra) -> httpx.Response:
+    return httpx.post(f"{url}/chat/completions", json={"model": "openai/oracle-harness", "messages": messages,
+                                                       "tools": TOOLS, **extra},
+                      headers=headers or {}, timeout=10, trust_env=False)
+
+
+def test_turn_is_forwarded_with_tags_and_forced_length(fake_engine):
+    with OracleProxy(fake_engine.url) as proxy:
+        url = proxy.register("inst-1", Oracle("inst-1", STEPS))
+        msgs = [{"role": "system", "content": "sys " * 50}, {"role": "user", "content": "fix it"}]
+        r = _chat(url, msgs, {"X-Session-ID": "sess-9", "X-Turn-Index": "0"},
+                  vllm_xargs={"session_id": "sess-9", "turn_index": 0}, reasoning_effort="high")
+        assert r.status_code == 200
+        headers, body = fake_engine.chats[-1]
+        assert headers["X-Session-ID"] == "sess-9"
+        assert body["vllm_xargs"] == {"session_id": "sess-9", "turn_index": 0}
+        assert body["messages"] == msgs and body["tools"] == TOOLS and body["tool_choice"] == "none"
+        expected = max(1, len(STEPS[0].text()) // 4)  # the fake engine's tokenizer: 4 chars a token
+        assert body["max_tokens"] == body["min_tokens"] == expected and body["ignore_eos"] is True
+        assert body["model"] == fake_engine.model and "reasoning_effort" not in body
+        reply = r.json()
+        call = reply["choices"][0]["message"]["tool_calls"][0]["function"]
+        assert call["name"] == "terminal" and json.loads(call["arguments"]) == STEPS[0].arguments
+        assert reply["usage"]["completion_tokens"] == expected  # the engine's real usage is passed on
+        (turn,) = proxy.turns("inst-1")
+        assert (turn.turn, turn.output_tokens, turn.session_id) == (0, expected, "sess-9")
+
+
+def test_next_turn_plays_the_next_step(fake_engine):
+    with OracleProxy(fake_engine.url) as proxy:
+        url = proxy.register("k", Oracle("k", STEPS))
+        msgs = [{"role": "user", "content": "u"}, STEPS[0].as_message("c0"),
+                {"role": "tool", "tool_call_id": "c0", "content": "out"}]
+        reply = _chat(url, msgs).json()
+        assert reply["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "finish"
+
+
+def test_unknown_oracle_and_bad_route_are_404(fake_engine):
+    with OracleProxy(fake_engine.url) as proxy:
+        base = f"http://127.0.0.1:{proxy.port}"
+        assert _chat(f"{base}/oracle/nobody/v1", [{"role": "user", "content": "u"}]).status_code == 404
+        assert httpx.post(f"{base}/v1/chat/completions", json={}, trust_env=False).status_code == 404
+        assert fake_engine.chats == []
+
+
+def test_engine_failure_is_a_502_the_agent_can_retry(fake_engine):
+    fake_engine.fail_chat = True
+    with OracleProxy(fake_engine.url) as proxy:
+        url = proxy.register("k", Oracle("k", STEPS))
+        r = _chat(url, [{"role": "user", "content": "u"}])
+        assert r.status_code == 502 and "HTTP 500" in r.json()["error"]["message"]
+
+
+def test_unreachable_engine_fails_at_start():
+    with pytest.raises(EngineUnavailable, match="127.0.0.1:9"):
+        OracleProxy("http://127.0.0.1:9")

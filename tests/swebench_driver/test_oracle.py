@@ -1,0 +1,107 @@
+"""The oracle harness: its scripted trajectory, replayed through the real file editor, yields the gold fix."""
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from evaluation.swebench.oracle import Oracle, OracleError, OracleStep, edit_steps, plan_trajectory, parse_test_ids
+from evaluation.swebench.patches import extract_patch, ignore_build_droppings, parse_patch
+from evaluation.swebench.tasks import load_instances
+from evaluation.swebench.workspace import create_workspace
+
+pytestmark = pytest.mark.agent
+INSTANCES = load_instances()
+
+
+def replay(steps: list[OracleStep], workspace: Path) -> list[str]:
+    """Execute the steps with OpenHands' own FileEditor and bash; returns the terminal outputs."""
+    from openhands.tools.file_editor.editor import FileEditor
+
+    editor = FileEditor(workspace_root=str(workspace))
+    outputs = []
+    for step in steps:
+        args = step.arguments
+        if step.tool == "file_editor":
+            if args["command"] == "view":
+                continue
+            extra = {k: args[k] for k in ("file_text", "old_str", "new_str") if k in args}
+            obs = editor(command=args["command"], path=args["path"], **extra)
+            assert not obs.is_error, obs.text
+        elif step.tool == "terminal":
+            proc = subprocess.run(["bash", "-c", args["command"]], capture_output=True, text=True, timeout=120)
+            outputs.append(proc.stdout + proc.stderr)
+        else:
+            assert step.tool == "finish"
+    return outputs
+
+
+def _gold_tree(instance: dict, tmp_path: Path) -> Path:
+    ws = create_workspace(instance, parent=tmp_path)
+    subprocess.run(["git", "apply", "-"], cwd=ws, input=instance["patch"], text=True, check=True)
+    return ws
+
+
+# One instance in the default run; all of them (7 s each: three pytest runs) in the slow suite.
+@pytest.mark.parametrize("instance", [pytest.param(i, id=i["instance_id"], marks=[pytest.mark.slow] if k else [])
+                                      for k, i in enumerate(INSTANCES)])
+def test_trajectory_yields_the_gold_fix(instance, tmp_path):
+    ws = create_workspace(instance, parent=tmp_path)
+    ignore_build_droppings(ws)
+    steps = plan_trajectory(instance, ws)
+    assert steps[-1].tool == "finish"
+    assert {s.tool for s in steps} >= {"terminal", "file_editor"}
+    outputs = replay(steps, ws)
+    # the reproduction run fails before the fix and passes after it
+    f2p_runs = [o for s, o in zip([s for s in steps if s.tool == "terminal"], outputs) if "-x" in s.arguments["command"]]
+    assert "failed" in f2p_runs[0] and "failed" not in f2p_runs[1]
+    patch = extract_patch(ws, instance["base_commit"])
+    gold = _gold_tree(instance, tmp_path)
+    for fp in parse_patch(instance["patch"]):
+        assert (ws / fp.path).read_text() == (gold / fp.path).read_text()
+    assert sorted(fp.path for fp in parse_patch(patch)) == sorted(fp.path for fp in parse_patch(instance["patch"]))
+
+
+def test_oracle_is_stateless_and_finishes_past_its_script():
+    steps = [OracleStep("terminal", {"command": "ls"}, "look"), OracleStep("finish", {"message": "ok"}, "done")]
+    oracle = Oracle("x", steps)
+    sys_user = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
+    assert oracle.next_step(sys_user) == steps[0]
+    turn1 = sys_user + [{"role": "assistant", "content": "", "tool_calls": []}, {"role": "tool", "content": "out"}]
+    assert oracle.next_step(turn1) == steps[1]
+    assert oracle.next_step(turn1) == steps[1]  # a retried request replays the same turn
+    late = turn1 + [{"role": "assistant", "content": ""}] * 3
+    assert oracle.next_step(late).tool == "finish"
+
+
+def test_ambiguous_hunk_gets_context_until_unique(tmp_path):
+    (tmp_path / "m.py").write_text("def f(x):\n    return x + 1\n\n\ndef g(x):\n    return x + 1\n")
+    diff = ("diff --git a/m.py b/m.py\n--- a/m.py\n+++ b/m.py\n@@ -6 +6 @@ def g(x):\n"
+            "-    return x + 1\n+    return x + 2\n")
+    (step,) = edit_steps(tmp_path, diff, "fix")
+    old = step.arguments["old_str"]
+    assert (tmp_path / "m.py").read_text().count(old) == 1
+    assert "def g(x)" in old and step.arguments["new_str"].endswith("    return x + 2\n")
+
+
+def test_hunk_not_in_file_is_an_error(tmp_path):
+    (tmp_path / "m.py").write_text("a = 1\n")
+    diff = "diff --git a/m.py b/m.py\n--- a/m.py\n+++ b/m.py\n@@ -1 +1 @@\n-zzz\n+y\n"
+    with pytest.raises(OracleError, match="m.py"):
+        edit_steps(tmp_path, diff, "fix")
+
+
+def test_test_ids_accepts_lists_and_their_string_forms():
+    assert parse_test_ids(["a::b"]) == ["a::b"]
+    assert parse_test_ids('["a::b", "c"]') == ["a::b", "c"]
+    assert parse_test_ids("['a::b']") == ["a::b"]
+    with pytest.raises(OracleError):
+        parse_test_ids(3)
+
+
+def test_step_message_is_an_openai_tool_call():
+    msg = OracleStep("terminal", {"command": "ls"}, "look").as_message("call_1")
+    call = msg["tool_calls"][0]
+    assert msg["role"] == "assistant" and call["id"] == "call_1"
+    assert call["function"] == {"name": "terminal", "arguments": '{"command": "ls"}'}
