@@ -87,7 +87,7 @@ class LoadBalancer:
         self.config = config
         self.mode = "idle"
         self.long_sessions: set[str] = set()
-        self._counted: set[str] = set()     # backlog sessions already counted for the rate
+        self._at_last: set[str] = set()     # sessions counted at the latest arrival time
         self._arrivals = 0
         self._first_arrival = math.inf
         self._last_arrival = -math.inf
@@ -110,12 +110,19 @@ class LoadBalancer:
         return len(self.long_sessions)
 
     def _count_arrivals(self, backlog: Sequence[Session]) -> None:
-        for s in backlog:
-            if s.session_id not in self._counted:
-                self._counted.add(s.session_id)
-                self._arrivals += 1
-                self._first_arrival = min(self._first_arrival, s.first_arrival_s)
-                self._last_arrival = max(self._last_arrival, s.first_arrival_s)
+        """Count sessions new to the backlog: they join at its end, so scan back to the last seen."""
+        new = []
+        for s in reversed(backlog):
+            if s.first_arrival_s < self._last_arrival:
+                break
+            if s.first_arrival_s > self._last_arrival or s.session_id not in self._at_last:
+                new.append(s)
+        for s in reversed(new):
+            if s.first_arrival_s > self._last_arrival:
+                self._last_arrival, self._at_last = s.first_arrival_s, set()
+            self._at_last.add(s.session_id)
+            self._arrivals += 1
+            self._first_arrival = min(self._first_arrival, s.first_arrival_s)
 
     def select(self, backlog: Sequence[Session], slots: int, pressure: Pressure,
                ctx: PolicyContext) -> list[Session]:
@@ -154,7 +161,6 @@ class LoadBalancer:
         if not chosen and ctx.admitted_active == 0:
             chosen = [candidates[0]]
         for s in chosen:
-            self._counted.discard(s.session_id)
             if self.is_long(s):
                 self.long_sessions.add(s.session_id)
         return chosen

@@ -7,6 +7,7 @@ the prediction is usable from the first call and sharpens as calls finish:
 
     F_key(t) = (count_key(d <= t) + w * F_parent(t)) / (n_key + w)
 
+(a parent holding exactly its child's samples is skipped, so one sample is not counted twice).
 The prior is a log-normal through the workload's global tool-time statistics (p50 0.3 s,
 p90 13.6 s, TraceLab via workload.md). A declared hint (`ToolStarted.expected_duration_s`, e.g. a
 timeout or a class estimate) adds a log-normal around it with a fixed pseudo-count. Histograms
@@ -198,10 +199,10 @@ class DurationPredictor:
         w = self.config.parent_weight
         cdf = self._prior
         keys = self.keys(tool_name, command) if tool_name else (("*",),)
-        for key in keys:
-            h = self._hists.get(key)
-            if h is None:
-                break
+        hists = [h for h in map(self._hists.get, keys) if h is not None]
+        for i, h in enumerate(hists):
+            if i + 1 < len(hists) and hists[i + 1].n == h.n:
+                continue          # same samples as the more specific key: count them once
             n = h.n + w
             cdf = [(c + w * f) / n for c, f in zip(h.cum(), cdf)]
         if hint is not None and hint > 0:

@@ -1,0 +1,67 @@
+"""Every policy name builds into the composition policies.md describes; overrides are typed."""
+from __future__ import annotations
+
+import pytest
+
+from mars_openhands.core import EngineShape, PolicyConfig, build_policy, policy_names
+from mars_openhands.core.admission import AimdAdmission
+from mars_openhands.core.chunking import HalvingShrink, NoShrink
+from mars_openhands.core.continuum import DynamicTtlRetention, FixedTtlRetention
+from mars_openhands.core.ordering import FcfsOrdering, MlfqOrdering, PlasOrdering, ProgramFcfsOrdering
+from mars_openhands.core.priced import PricedRetention
+from mars_openhands.core.retention import MinWasteRetention, NoRetention
+from mars_openhands.core.victim import ContinuumVictim, LevelBlocksArrivalVictim, NewestVictim
+
+SHAPE = EngineShape(total_blocks=1000, block_size=16, tool_workers=4)
+
+EXPECTED = {
+    "fcfs": (FcfsOrdering, NoShrink, NewestVictim, NoRetention, None),
+    "autellix": (PlasOrdering, NoShrink, LevelBlocksArrivalVictim, NoRetention, None),
+    "infercept": (FcfsOrdering, NoShrink, NewestVictim, MinWasteRetention, None),
+    "continuum": (ProgramFcfsOrdering, NoShrink, ContinuumVictim, FixedTtlRetention, None),
+    "continuum-dy": (ProgramFcfsOrdering, NoShrink, ContinuumVictim, DynamicTtlRetention, None),
+    "mars": (MlfqOrdering, HalvingShrink, LevelBlocksArrivalVictim, PricedRetention, AimdAdmission),
+    "mars-no-priority": (FcfsOrdering, HalvingShrink, NewestVictim, PricedRetention, AimdAdmission),
+    "mars-no-admission": (MlfqOrdering, HalvingShrink, LevelBlocksArrivalVictim, PricedRetention, None),
+    "mars-no-retention": (MlfqOrdering, HalvingShrink, LevelBlocksArrivalVictim, NoRetention, AimdAdmission),
+    "mars-no-chunk-shrink": (MlfqOrdering, NoShrink, LevelBlocksArrivalVictim, PricedRetention, AimdAdmission),
+}
+
+
+def test_every_name_builds_with_its_composition():
+    assert sorted(policy_names()) == sorted(EXPECTED)
+    for name, (ordering, chunking, victim, retention, admission) in EXPECTED.items():
+        p = build_policy(name, SHAPE)
+        assert p.name == name
+        assert type(p.ordering) is ordering and type(p.chunking) is chunking
+        assert type(p.victim) is victim and type(p.retention) is retention
+        assert (p.admission is None) if admission is None else type(p.admission) is admission
+        assert p.ctx.kv.total_blocks == 1000 and p.ctx.cpu.tool_workers == 4
+        assert isinstance(p.stats(), dict)
+
+
+def test_builds_are_independent_instances():
+    a, b = build_policy("mars", SHAPE), build_policy("mars", SHAPE)
+    assert a.ctx is not b.ctx and a.retention is not b.retention and a.admission is not b.admission
+
+
+def test_overrides_reach_the_strategies():
+    cfg = PolicyConfig().with_overrides({"aimd.w_min": 2, "aimd.w_init": 8, "aimd.w_max": 8,
+                                         "mlfq.max_active": 12, "continuum.ttl_s": 3.0,
+                                         "max_pinned_fraction": 0.25})
+    p = build_policy("mars", SHAPE, cfg)
+    assert p.admission.window == 8 and p.admission.config.w_min == 2
+    assert p.max_active == 12 and p.max_pinned_fraction == 0.25
+    assert build_policy("continuum", SHAPE, cfg).retention.config.ttl_s == 3.0
+    assert PolicyConfig().aimd.w_max == 30                      # defaults untouched
+
+
+def test_bad_names_and_settings_are_named_in_the_error():
+    with pytest.raises(ValueError, match="unknown policy 'sjf'"):
+        build_policy("sjf", SHAPE)
+    with pytest.raises(ValueError, match="unknown setting 'aimd.w_maxx'"):
+        PolicyConfig().with_overrides({"aimd.w_maxx": 3})
+    with pytest.raises(ValueError, match="unknown setting 'aimd'"):
+        PolicyConfig().with_overrides({"aimd": 3})
+    with pytest.raises(ValueError, match="EngineShape.block_size"):
+        EngineShape(100, 0, 4)
