@@ -82,6 +82,10 @@ class Samples:
     prefill: list[tuple[int, int, float]] = field(default_factory=list)      # (new, ctx, seconds)
     decode: list[tuple[int, int, float]] = field(default_factory=list)       # (batch, ctx_sum, s/step)
 
+    def extend(self, other: "Samples") -> None:
+        self.prefill += other.prefill
+        self.decode += other.decode
+
     def fit(self, block_size: int) -> EngineCosts:
         if len(self.prefill) < 3 or len(self.decode) < 3:
             raise ValueError("calibration: too few probe samples to fit engine costs")
@@ -100,6 +104,8 @@ def _grid(top: int, block: int, points: int) -> list[int]:
 
 
 BATCHES = (2, 4, 8)
+MAX_PROBE_NEW = 2048
+MAX_PROBE_CTX = 8192
 
 
 @dataclass(frozen=True)
@@ -111,11 +117,13 @@ class ProbePlan:
     ctx_sizes: list[int]
     decode_len: int
     block_size: int
-    reps: int = 2
+    reps: int = 1
 
     @classmethod
-    def cover(cls, block_size: int, max_new: int, max_ctx: int, max_output: int, reps: int = 2) -> "ProbePlan":
-        return cls(_grid(max_new, block_size, 3), [0] + _grid(max_ctx, block_size, 2),
+    def cover(cls, block_size: int, max_new: int, max_ctx: int, max_output: int, reps: int = 1) -> "ProbePlan":
+        """Sizes up to the replay's largest (capped: the fit extrapolates, probes stay short)."""
+        return cls(_grid(min(max_new, MAX_PROBE_NEW), block_size, 3),
+                   [0] + _grid(min(max_ctx, MAX_PROBE_CTX), block_size, 2),
                    max(4, min(32, max_output)), block_size, reps)
 
     @property
@@ -131,20 +139,21 @@ async def calibrate(engine: EngineClient, space: TokenSpace, plan: ProbePlan,
     tick = progress or (lambda: None)
     dl, bs = plan.decode_len, plan.block_size
     for rep in range(plan.reps):
+        bases: dict[int, list[int]] = {}
         for ctx in plan.ctx_sizes:
+            base = bases[ctx] = space.draw(f"probe/{rep}/base/{ctx}", ctx)
+            if ctx:
+                await engine.complete(base, 1, f"probe/{rep}/base/{ctx}", 0)     # warm the prefix once
             for n in plan.new_sizes:
                 key = f"probe/{rep}/{ctx}/{n}"
-                base = space.draw(key + "/base", ctx)
-                if ctx:
-                    await engine.complete(base, 1, key, 0)             # warm the prefix
-                c = await engine.complete(base + space.draw(key + "/new", n), 1, key, 1)
+                c = await engine.complete(base + space.draw(key, n), 1, key, 0)
                 hit = c.cached_tokens if c.cached_tokens is not None else ctx
                 s.prefill.append((ctx + n - hit, hit, c.finished - c.submitted))
                 tick()
-        for ctx in plan.ctx_sizes[1:] + [bs]:
+        for ctx, base in bases.items():      # batch-1 decode after each (cached) context
             key = f"probe/{rep}/decode/{ctx}"
-            c = await engine.complete(space.draw(key, ctx), dl, key, 0)
-            s.decode.append((1, ctx + dl // 2, (c.finished - c.first_token) / (dl - 1)))
+            c = await engine.complete(base + space.draw(key, bs), dl, key, 0)
+            s.decode.append((1, ctx + bs + dl // 2, (c.finished - c.first_token) / (dl - 1)))
             tick()
         for k in BATCHES:
             key = f"probe/{rep}/batch/{k}"
@@ -154,7 +163,8 @@ async def calibrate(engine: EngineClient, space: TokenSpace, plan: ProbePlan,
             s.decode.append((k, k * (bs + dl // 2), per_step))
             tick()
     ended = {f"probe/{rep}/{c}/{n}" for rep in range(plan.reps) for c in plan.ctx_sizes for n in plan.new_sizes}
-    ended |= {f"probe/{rep}/decode/{c}" for rep in range(plan.reps) for c in plan.ctx_sizes[1:] + [bs]}
+    ended |= {f"probe/{rep}/base/{c}" for rep in range(plan.reps) for c in plan.ctx_sizes[1:]}
+    ended |= {f"probe/{rep}/decode/{c}" for rep in range(plan.reps) for c in plan.ctx_sizes}
     ended |= {f"probe/{rep}/batch/{k}/{i}" for rep in range(plan.reps) for k in BATCHES for i in range(k)}
     try:
         await engine.post_events([SessionEnded(session_id=sid, t=time.time(), reason="calibration")

