@@ -133,15 +133,16 @@ class _SortedSamples:
         n = self.n
         if n == len(self.buf):
             self.buf = np.concatenate([self.buf, np.empty(n)])
-        i = int(np.searchsorted(self.buf[:n], x, side="right"))
-        self.buf[i + 1:n + 1] = self.buf[i:n].copy()
-        self.buf[i] = x
+        buf = self.buf
+        i = int(buf[:n].searchsorted(x, side="right"))
+        buf[i + 1:n + 1] = buf[i:n]        # numpy buffers overlapping copies
+        buf[i] = x
         self.n = n + 1
 
     def best_tau(self, base: float) -> tuple[float, float]:
         """argmax over tau in {0} U samples of P(d <= tau) * base - tau, and its reward."""
         a = self.buf[:self.n]
-        m = int(np.searchsorted(a, base, side="left"))   # tau >= base can never pay
+        m = int(a.searchsorted(base, side="left"))       # tau >= base can never pay
         if m == 0:
             return 0.0, 0.0
         rewards = np.arange(1, m + 1) * (base / self.n) - a[:m]

@@ -8,6 +8,7 @@ counters) is settled lazily from one engine-wide counter.
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -78,31 +79,40 @@ class MlfqOrdering(Ordering):
 
     def base_level(self, req: Request) -> int:
         """Level before aging; the preemption-victim rule ranks by it."""
-        if not req.is_prefill:
+        done, prompt = req.computed_tokens, req.prompt_tokens
+        if done >= prompt:
             return 0
-        rem = req.uncached_prefill
-        level = req.level
-        for i, bound in enumerate(self._bounds):
-            if rem <= bound:
-                return level if level > i else i
-        return self._top
+        cached = req.cached_tokens
+        level = bisect_left(self._bounds, prompt - (done if done > cached else cached))
+        return req.level if req.level > level else level
 
     def effective_level(self, req: Request, now: float) -> int:
-        if req.preempted_s >= 0.0 or not req.is_prefill:
+        if req.preempted_s >= 0.0:
             return 0
         level = self.base_level(req)
         if level:
-            last = req.last_scheduled_s if req.started else req.arrival_s
-            level -= int((now - last) // self._aging)
+            level -= int((now - (req.last_scheduled_s if req.started else req.arrival_s)) // self._aging)
             if level < 0:
                 return 0
         return level
 
     def key(self, req: Request, ctx: PolicyContext) -> tuple:
+        # effective_level inlined: this runs for every request every engine step
         if req.preempted_s >= 0.0:
             return (0, -math.inf, req.arrival_s)
         last = req.last_scheduled_s if req.started else req.arrival_s
-        return (self.effective_level(req, ctx.now), last, req.arrival_s)
+        done, prompt = req.computed_tokens, req.prompt_tokens
+        if done >= prompt:
+            return (0, last, req.arrival_s)
+        cached = req.cached_tokens
+        level = bisect_left(self._bounds, prompt - (done if done > cached else cached))
+        if req.level > level:
+            level = req.level
+        if level:
+            level -= int((ctx.now - last) // self._aging)
+            if level < 0:
+                level = 0
+        return (level, last, req.arrival_s)
 
     def prefill_quantum(self, req: Request, ctx: PolicyContext) -> int | None:
         q = self._quanta[self.effective_level(req, ctx.now)]
