@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -46,6 +47,9 @@ def test_every_task_has_fail_to_pass_and_pass_to_pass(instance):
     assert instance["FAIL_TO_PASS"] and instance["PASS_TO_PASS"]
     assert not set(instance["FAIL_TO_PASS"]) & set(instance["PASS_TO_PASS"])
     assert instance["problem_statement"].strip() and instance["log_parser"] == "parse_log_pytest"
+    # the pytest log parser splits on whitespace: a test id with a space would be misread
+    for name in instance["FAIL_TO_PASS"] + instance["PASS_TO_PASS"]:
+        assert re.fullmatch(r"tests/\S+\.py::\w+(\[\S*\])?", name), name
 
 
 def test_gold_patch_fixes_source_and_test_patch_only_touches_tests(instance):

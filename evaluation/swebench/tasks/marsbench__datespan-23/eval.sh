@@ -2,8 +2,8 @@
 set -uxo pipefail
 cd "${SWEBENCH_TESTBED:-/testbed}"
 git status
-git -c core.fileMode=false diff 183883dac7338de13743856474ced601e825fbd0
-git checkout 183883dac7338de13743856474ced601e825fbd0 tests/test_calendar_math.py tests/test_span.py
+git -c core.fileMode=false diff 4069481c8c9dff36780ad560f9baada47ea79052
+git checkout 4069481c8c9dff36780ad560f9baada47ea79052 tests/test_calendar_math.py tests/test_span.py
 git apply -v - <<'EOF_114329324912'
 diff --git a/tests/test_calendar_math.py b/tests/test_calendar_math.py
 index b6704f2..6c8391d 100644
@@ -35,7 +35,7 @@ index b6704f2..6c8391d 100644
      with pytest.raises(OverflowError):
          add_months(date(9999, 12, 1), 1)
 diff --git a/tests/test_span.py b/tests/test_span.py
-index 331f96b..a98b4a4 100644
+index 39714e9..2dc39da 100644
 --- a/tests/test_span.py
 +++ b/tests/test_span.py
 @@ -30,6 +30,11 @@ def test_shift_months_mid_month():
@@ -47,11 +47,11 @@ index 331f96b..a98b4a4 100644
 +    assert span.shift_months(1) == DateSpan(date(2024, 2, 1), date(2024, 2, 29))
 +
 +
- @pytest.mark.parametrize("days,text", [(0, "0 days"), (1, "1 day"), (9, "1 week, 2 days"), (14, "2 weeks")])
- def test_humanize_days(days, text):
-     assert humanize_days(days) == text
+ @pytest.mark.parametrize(
+     "days,text",
+     [(0, "0 days"), (1, "1 day"), (9, "1 week, 2 days"), (14, "2 weeks")],
 EOF_114329324912
 : '>>>>> Start Test Output'
 PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 PYTHONDONTWRITEBYTECODE=1 "${SWEBENCH_PYTHON:-python}" -m pytest -rA -p no:cacheprovider tests/test_calendar_math.py tests/test_span.py
 : '>>>>> End Test Output'
-git checkout 183883dac7338de13743856474ced601e825fbd0 tests/test_calendar_math.py tests/test_span.py
+git checkout 4069481c8c9dff36780ad560f9baada47ea79052 tests/test_calendar_math.py tests/test_span.py

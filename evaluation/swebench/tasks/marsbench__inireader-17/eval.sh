@@ -2,8 +2,8 @@
 set -uxo pipefail
 cd "${SWEBENCH_TESTBED:-/testbed}"
 git status
-git -c core.fileMode=false diff 540455f1530f045abc619d41564402f07e452fe7
-git checkout 540455f1530f045abc619d41564402f07e452fe7 tests/test_config.py tests/test_parser.py
+git -c core.fileMode=false diff d22db9119868f1930e12e82856becd30eff0abcd
+git checkout d22db9119868f1930e12e82856becd30eff0abcd tests/test_config.py tests/test_parser.py
 git apply -v - <<'EOF_114329324912'
 diff --git a/tests/test_config.py b/tests/test_config.py
 index 40dac41..abe6aa6 100644
@@ -19,7 +19,7 @@ index 40dac41..abe6aa6 100644
 +    cfg = loads("[build]\nflags = OPT=2, DEBUG=0\n")
 +    assert cfg.get_list("build", "flags") == ["OPT=2", "DEBUG=0"]
 diff --git a/tests/test_parser.py b/tests/test_parser.py
-index 1c857b7..ba453c3 100644
+index 95730ee..7c1185c 100644
 --- a/tests/test_parser.py
 +++ b/tests/test_parser.py
 @@ -27,6 +27,16 @@ def test_empty_value_allowed():
@@ -43,4 +43,4 @@ EOF_114329324912
 : '>>>>> Start Test Output'
 PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 PYTHONDONTWRITEBYTECODE=1 "${SWEBENCH_PYTHON:-python}" -m pytest -rA -p no:cacheprovider tests/test_config.py tests/test_parser.py
 : '>>>>> End Test Output'
-git checkout 540455f1530f045abc619d41564402f07e452fe7 tests/test_config.py tests/test_parser.py
+git checkout d22db9119868f1930e12e82856becd30eff0abcd tests/test_config.py tests/test_parser.py

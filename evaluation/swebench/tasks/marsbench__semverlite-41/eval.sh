@@ -2,14 +2,14 @@
 set -uxo pipefail
 cd "${SWEBENCH_TESTBED:-/testbed}"
 git status
-git -c core.fileMode=false diff 2fde48beabb1b7204f90a7d5142860ffb15a402e
-git checkout 2fde48beabb1b7204f90a7d5142860ffb15a402e tests/test_ranges.py tests/test_version.py
+git -c core.fileMode=false diff adf3dfa609b14d9ea73ad9a81d7f0788e244e1a9
+git checkout adf3dfa609b14d9ea73ad9a81d7f0788e244e1a9 tests/test_ranges.py tests/test_version.py
 git apply -v - <<'EOF_114329324912'
 diff --git a/tests/test_ranges.py b/tests/test_ranges.py
-index 98b7b1e..631cfbd 100644
+index 07796b6..1496d21 100644
 --- a/tests/test_ranges.py
 +++ b/tests/test_ranges.py
-@@ -32,3 +32,8 @@ def test_max_satisfying_picks_highest_release():
+@@ -33,3 +33,8 @@ def test_max_satisfying_picks_highest_release():
  
  def test_max_satisfying_none_when_nothing_matches():
      assert max_satisfying(["0.1.0"], ">=1.0.0") is None
@@ -53,4 +53,4 @@ EOF_114329324912
 : '>>>>> Start Test Output'
 PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 PYTHONDONTWRITEBYTECODE=1 "${SWEBENCH_PYTHON:-python}" -m pytest -rA -p no:cacheprovider tests/test_ranges.py tests/test_version.py
 : '>>>>> End Test Output'
-git checkout 2fde48beabb1b7204f90a7d5142860ffb15a402e tests/test_ranges.py tests/test_version.py
+git checkout adf3dfa609b14d9ea73ad9a81d7f0788e244e1a9 tests/test_ranges.py tests/test_version.py

@@ -30,6 +30,10 @@ def test_shift_months_mid_month():
     assert span.shift_months(1) == DateSpan(date(2024, 2, 10), date(2024, 2, 20))
 
 
-@pytest.mark.parametrize("days,text", [(0, "0 days"), (1, "1 day"), (9, "1 week, 2 days"), (14, "2 weeks")])
+@pytest.mark.parametrize(
+    "days,text",
+    [(0, "0 days"), (1, "1 day"), (9, "1 week, 2 days"), (14, "2 weeks")],
+    ids=["zero", "one-day", "week-and-days", "weeks"],
+)
 def test_humanize_days(days, text):
     assert humanize_days(days) == text

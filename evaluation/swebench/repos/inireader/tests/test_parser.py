@@ -30,6 +30,7 @@ def test_empty_value_allowed():
 @pytest.mark.parametrize(
     "text,lineno",
     [("[a]\nnovalue\n", 2), ("key = 1\n", 1), ("[a]\nk = 1\nk = 2\n", 3), ("[a\n", 1), ("[a]\n = 3\n", 2)],
+    ids=["no-equals", "outside-section", "duplicate-key", "bad-header", "empty-key"],
 )
 def test_errors_name_the_line(text, lineno):
     with pytest.raises(ParseError) as info:

@@ -16,6 +16,7 @@ from semverlite import InvalidRange, max_satisfying, satisfies
         ("2.0.0", ">=1.2.0 <2.0.0", False),
         ("1.2.3", "1.2.3", True),
     ],
+    ids=lambda value: str(value).replace(" ", "_"),
 )
 def test_satisfies(version, spec, expected):
     assert satisfies(version, spec) is expected
