@@ -40,7 +40,8 @@ class ContinuumConfig:
 
     def __post_init__(self) -> None:
         if self.ttl_s <= 0 or self.min_samples < 0 or self.delay_window <= 0:
-            raise ValueError(f"ContinuumConfig: need ttl_s > 0, min_samples >= 0, delay_window > 0; got {self}")
+            raise ValueError("ContinuumConfig: need ttl_s > 0, min_samples >= 0, delay_window > 0; "
+                             f"got {self}")
 
 
 def tool_key(tool_name: str, command: str | None, by_command: bool) -> str:

@@ -67,6 +67,8 @@ class MlfqOrdering(Ordering):
     - key = (effective level, last scheduled, arrival): least recently served first in a level.
 
     `req.level` holds the feedback level; `req.quantum_left` the quantum granted this step.
+    Demotion compares the chunk with the prefill left when the chunk was sized, so it does not
+    matter whether the engine reports the step before or after advancing its counters.
     """
 
     def __init__(self, config: MlfqConfig = MlfqConfig()) -> None:
@@ -76,6 +78,8 @@ class MlfqOrdering(Ordering):
         self._quanta = config.quanta
         self._top = len(config.quanta) - 1
         self._aging = config.aging_s
+        #: computed tokens of each request when its chunk was sized this step (see on_step)
+        self._chunk_start: dict[Request, int] = {}
 
     def base_level(self, req: Request) -> int:
         """Level before aging; the preemption-victim rule ranks by it."""
@@ -117,6 +121,7 @@ class MlfqOrdering(Ordering):
     def prefill_quantum(self, req: Request, ctx: PolicyContext) -> int | None:
         q = self._quanta[self.effective_level(req, ctx.now)]
         req.quantum_left = q
+        self._chunk_start[req] = req.computed_tokens
         return q
 
     def on_arrival(self, req: Request, ctx: PolicyContext) -> None:
@@ -124,12 +129,16 @@ class MlfqOrdering(Ordering):
 
     def on_step(self, scheduled: Sequence[tuple[Request, int]], waiting: Sequence[Request],
                 ctx: PolicyContext) -> None:
-        top = self._top
+        top, starts = self._top, self._chunk_start
         for req, tokens in scheduled:
-            if not req.is_prefill:
-                req.level = 0
-            elif 0 < req.quantum_left <= tokens and req.level < top:
+            start = starts.get(req)
+            if start is None:                 # no prefill chunk this step
+                if not req.is_prefill:
+                    req.level = 0
+            elif (req.quantum_left <= tokens and req.level < top
+                  and req.prompt_tokens - start - tokens > 0):
                 req.level += 1
+        starts.clear()
 
     def on_preempted(self, req: Request, ctx: PolicyContext) -> None:
         req.level = 0
@@ -172,6 +181,7 @@ class PlasOrdering(Ordering):
         self._quanta = config.quanta
         self._top = len(config.quanta) - 1
         self._scheduled = 0
+        self._chunk_start: dict[Request, int] = {}
 
     def service_level(self, service: int) -> int:
         for level, bound in enumerate(self.config.service_bounds):
@@ -203,6 +213,7 @@ class PlasOrdering(Ordering):
             self._maybe_promote(req, ctx)
         if req.quantum_left <= 0:
             req.quantum_left = self._quanta[req.level]
+        self._chunk_start[req] = req.computed_tokens
         return req.quantum_left
 
     def on_arrival(self, req: Request, ctx: PolicyContext) -> None:
@@ -213,17 +224,19 @@ class PlasOrdering(Ordering):
 
     def on_step(self, scheduled: Sequence[tuple[Request, int]], waiting: Sequence[Request],
                 ctx: PolicyContext) -> None:
-        before = self._scheduled
+        before, starts = self._scheduled, self._chunk_start
         after = before + sum(tokens for _, tokens in scheduled)
         for req, tokens in scheduled:
             req.wait_tokens += before - req.wait_mark
             req.wait_mark = after
-            if req.is_prefill:        # decode steps spend no prefill quantum
+            start = starts.get(req)
+            if start is not None:     # a prefill chunk; decode steps spend no quantum
                 left = req.quantum_left - tokens
-                if left <= 0 and req.level < self._top:
+                if left <= 0 and req.level < self._top and req.prompt_tokens - start - tokens > 0:
                     req.level += 1
                     left = self._quanta[req.level]
                 req.quantum_left = left
+        starts.clear()
         self._scheduled = after
 
     def on_finished(self, req: Request, ctx: PolicyContext) -> None:

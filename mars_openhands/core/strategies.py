@@ -37,7 +37,8 @@ class Ordering(ABC):
     def on_step(self, scheduled: Sequence[tuple[Request, int]], waiting: Sequence[Request],
                 ctx: PolicyContext) -> None:
         """After a step: `scheduled` got (request, tokens) of service; `waiting` got none.
-        Called once the engine applied the step (`req.computed_tokens` includes these tokens)."""
+        Engines may call it before (simulator) or after (vLLM) advancing `computed_tokens`, so
+        a rule must not read progress from it: remember what `prefill_quantum` saw instead."""
 
     def on_preempted(self, req: Request, ctx: PolicyContext) -> None:
         """`req` lost its KV (recompute later)."""

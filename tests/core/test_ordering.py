@@ -17,15 +17,23 @@ def arrive(p, rid: str, session: str, t: float, prompt: int, cached: int = 0) ->
     return req
 
 
-def run_step(p, req: Request, now: float, budget: int = 100_000) -> int:
-    """Schedule `req` the way an engine does: quantum-capped chunk, apply it, report the step."""
+def run_step(p, req: Request, now: float, budget: int = 100_000, report_first: bool = False) -> int:
+    """Schedule `req` the way an engine does: quantum-capped chunk, then apply it and report the
+    step -- in either order (the simulator reports first, the vLLM adapter applies first)."""
     n = p.chunk_tokens(req, budget)
+    if report_first:
+        p.on_step([(req, n)], [], now)
     if req.is_prefill:
         req.computed_tokens = max(req.computed_tokens, req.cached_tokens) + n
     else:
         req.output_tokens += n
-    p.on_step([(req, n)], [], now)
+    if not report_first:
+        p.on_step([(req, n)], [], now)
     return n
+
+
+both_timings = pytest.mark.parametrize("report_first", [False, True], ids=["apply-then-report",
+                                                                           "report-then-apply"])
 
 
 # ---- MARS MLFQ -----------------------------------------------------------------------------
@@ -46,33 +54,39 @@ def test_mlfq_level_comes_from_uncached_prefill_so_a_warm_next_turn_is_short():
     assert p.chunk_tokens(cold, 100_000) == 512 and p.chunk_tokens(warm, 100_000) == 2048
 
 
-def test_mlfq_demotes_one_level_after_a_full_quantum_with_prefill_left():
+@both_timings
+def test_mlfq_demotes_one_level_after_a_full_quantum_with_prefill_left(report_first):
     p = build_policy("mars", SHAPE)
     req = arrive(p, "r", "s", 0.0, 6000)               # L0 of feedback, L1 by size
-    assert run_step(p, req, 0.1) == 1024                # L1 quantum
+    assert run_step(p, req, 0.1, report_first=report_first) == 1024  # L1 quantum
     assert req.level == 1
     # now 4976 left (L1 by size): full quantum again -> feedback L2, quantum 512
-    assert run_step(p, req, 0.2) == 1024 and req.level == 2
-    assert run_step(p, req, 0.3) == 512 and req.level == 3
-    assert run_step(p, req, 0.4) == 256 and req.level == 3          # capped at L3
+    assert run_step(p, req, 0.2, report_first=report_first) == 1024 and req.level == 2
+    assert run_step(p, req, 0.3, report_first=report_first) == 512 and req.level == 3
+    assert run_step(p, req, 0.4, report_first=report_first) == 256 and req.level == 3  # capped at L3
 
 
-def test_mlfq_no_demotion_when_the_quantum_is_not_used_up_or_prefill_ends():
+@both_timings
+def test_mlfq_no_demotion_when_the_quantum_is_not_used_up_or_prefill_ends(report_first):
     p = build_policy("mars", SHAPE)
     small = arrive(p, "a", "s", 0.0, 1500)
-    assert run_step(p, small, 0.1) == 1500 and small.level == 0      # finished its prefill
+    assert run_step(p, small, 0.1, report_first=report_first) == 1500 and small.level == 0
+    exact = arrive(p, "e", "u", 0.0, 2048)               # a full quantum that ends the prefill
+    assert run_step(p, exact, 0.1, report_first=report_first) == 2048 and exact.level == 0
     budget_bound = arrive(p, "b", "t", 0.0, 1800)
-    assert run_step(p, budget_bound, 0.1, budget=100) == 100 and budget_bound.level == 0
+    assert run_step(p, budget_bound, 0.1, budget=100, report_first=report_first) == 100
+    assert budget_bound.level == 0
 
 
-def test_mlfq_decode_is_level_zero_even_after_demotions():
+@both_timings
+def test_mlfq_decode_is_level_zero_even_after_demotions(report_first):
     p = build_policy("mars", SHAPE)
     req = arrive(p, "r", "s", 0.0, 3000)
-    run_step(p, req, 0.1)
+    run_step(p, req, 0.1, report_first=report_first)
     assert req.level == 1
     while req.is_prefill:
-        run_step(p, req, 0.2)
-    run_step(p, req, 0.3)                       # first decode step
+        run_step(p, req, 0.2, report_first=report_first)
+    run_step(p, req, 0.3, report_first=report_first)   # first decode step
     assert req.level == 0 and p.ordering.effective_level(req, 0.3) == 0
     assert p.ordering.key(req, p.ctx)[0] == 0
 
@@ -152,12 +166,15 @@ def test_plas_entry_level_follows_program_attained_service():
     assert arrive(p, "a3", "s", 2.0, 10).level == 3
 
 
-def test_plas_quantum_is_spent_across_steps_then_demotes():
+@both_timings
+def test_plas_quantum_is_spent_across_steps_then_demotes(report_first):
     p = build_policy("autellix", SHAPE)
     req = arrive(p, "r", "s", 0.0, 10_000)
-    assert run_step(p, req, 0.1, budget=1500) == 1500 and req.level == 0 and req.quantum_left == 548
-    assert run_step(p, req, 0.2) == 548 and req.level == 1 and req.quantum_left == 1024
-    assert run_step(p, req, 0.3) == 1024 and req.level == 2
+    assert run_step(p, req, 0.1, budget=1500, report_first=report_first) == 1500
+    assert req.level == 0 and req.quantum_left == 548
+    assert run_step(p, req, 0.2, report_first=report_first) == 548
+    assert req.level == 1 and req.quantum_left == 1024
+    assert run_step(p, req, 0.3, report_first=report_first) == 1024 and req.level == 2
 
 
 def test_plas_wait_counts_tokens_scheduled_for_others_and_promotes_at_beta_2():

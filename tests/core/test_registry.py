@@ -23,7 +23,8 @@ EXPECTED = {
     "mars": (MlfqOrdering, HalvingShrink, LevelBlocksArrivalVictim, PricedRetention, AimdAdmission),
     "mars-no-priority": (FcfsOrdering, HalvingShrink, NewestVictim, PricedRetention, AimdAdmission),
     "mars-no-admission": (MlfqOrdering, HalvingShrink, LevelBlocksArrivalVictim, PricedRetention, None),
-    "mars-no-retention": (MlfqOrdering, HalvingShrink, LevelBlocksArrivalVictim, NoRetention, AimdAdmission),
+    "mars-no-retention": (MlfqOrdering, HalvingShrink, LevelBlocksArrivalVictim, NoRetention,
+                          AimdAdmission),
     "mars-no-chunk-shrink": (MlfqOrdering, NoShrink, LevelBlocksArrivalVictim, PricedRetention, AimdAdmission),
 }
 
