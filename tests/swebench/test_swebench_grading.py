@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -36,8 +38,6 @@ def make_patch(instance: dict, edit) -> str:
         git(ws, "add", "-A")
         return git(ws, "diff", "--cached", "HEAD").stdout
     finally:
-        import shutil
-
         shutil.rmtree(ws.parent)
 
 
@@ -110,7 +110,19 @@ def test_patch_that_does_not_apply_is_an_error(by_id):
     assert result.status == ERROR and "Patch Apply Failed" in result.error
 
 
-def test_hanging_tests_time_out_as_error(by_id):
+def processes_inside(path: Path) -> list[int]:
+    """Processes whose working directory lies under ``path`` (a killed run leaves none)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if os.readlink(f"/proc/{pid}/cwd").startswith(str(path)):
+                found.append(int(pid))
+        except OSError:
+            continue
+    return found
+
+
+def test_hanging_tests_time_out_as_error(by_id, private_tmp):
     instance = by_id["marsbench__depgraph-30"]
 
     def hang(ws: Path) -> None:
@@ -121,6 +133,7 @@ def test_hanging_tests_time_out_as_error(by_id):
     result = grade(instance, make_patch(instance, hang), timeout=5)
     assert result.status == ERROR and "Timed Out" in result.error
     assert time.monotonic() - start < 30
+    assert processes_inside(private_tmp) == []
 
 
 def test_logs_are_kept_in_swebench_layout(by_id, tmp_path):

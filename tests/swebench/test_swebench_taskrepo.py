@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import re
+import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -11,9 +14,10 @@ import pytest
 from swebench.task.checks import check_task_repo, errors
 from swebench.task.publish import write_parquets
 
+from evaluation.swebench.grading import RESOLVED, grade
 from evaluation.swebench.render import patched_files, rendered
 from evaluation.swebench.tasks import TASK_REPO, load_instances
-from evaluation.swebench.workspace import WorkspaceError, create_workspace, init_workspace
+from evaluation.swebench.workspace import WorkspaceError, create_workspace, init_workspace, source_dir
 
 pytestmark = pytest.mark.agent
 
@@ -27,8 +31,6 @@ def test_swebench_dataset_check_passes():
 
 
 def test_dataset_check_rejects_a_broken_task(tmp_path, instances):
-    import shutil
-
     repo = tmp_path / "repo"
     shutil.copytree(TASK_REPO / "tasks", repo / "tasks")
     shutil.copy(TASK_REPO / "sweb.yaml", repo / "sweb.yaml")
@@ -92,6 +94,9 @@ def test_dataset_builds_to_parquet_offline(tmp_path, instances):
     frame = pd.read_parquet(written["marsbench/SWE-bench_offline/test"])
     assert sorted(frame["instance_id"]) == sorted(i["instance_id"] for i in instances)
     assert {"patch", "test_patch", "eval_script", "FAIL_TO_PASS", "PASS_TO_PASS", "base_commit"} <= set(frame.columns)
+    # a row of the compiled dataset is a complete instance: it grades like the task repo's
+    row = {k: (v.tolist() if hasattr(v, "tolist") else v) for k, v in frame.iloc[0].to_dict().items()}
+    assert grade(row, row["patch"]).status == RESOLVED
 
 
 def test_validation_derives_the_stored_test_lists(by_id):
@@ -106,12 +111,6 @@ def test_validation_derives_the_stored_test_lists(by_id):
 
 def test_dockerfile_recipe_reproduces_base_commit(instance, tmp_path):
     """Runs the Dockerfile's ENV and final RUN (the testbed commit) with sh, as docker build would."""
-    import os
-    import shlex
-    import shutil
-
-    from evaluation.swebench.workspace import source_dir
-
     text = (TASK_REPO / "tasks" / instance["instance_id"] / "Dockerfile").read_text().replace("\\\n", " ")
     lines = [line for line in text.splitlines() if line and not line.startswith("#")]
     env_line = next(line for line in lines if line.startswith("ENV "))
