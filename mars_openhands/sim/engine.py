@@ -1,0 +1,797 @@
+"""A discrete-event simulation of a vLLM-like engine serving agent sessions, plus the host tool pool.
+
+The scheduler follows vLLM V1 (0.32, `v1/core/sched/scheduler.py`) as driven by our adapter
+(`mars_openhands/vllm/scheduler.py`), step for step:
+
+1. expired pins are released; parked sessions the policy admits enter the engine (beyond the
+   policy's active window they wait in an FCFS overflow queue); running and waiting are sorted by
+   `Policy.order`;
+2. RUNNING requests are served in that order within `max_num_batched_tokens` (decode 1 token,
+   prefill a chunk of `Policy.chunk_tokens`); when one cannot get blocks the engine retries with
+   `Policy.shrink` sizes, then revokes pins in `Policy.revocation_order`, then preempts by
+   recompute the victim `Policy.choose_victim` picks among the requests not yet served this step;
+3. WAITING requests are admitted only if nobody was preempted, only when their whole sequence fits
+   (minus prefix hits: vLLM's `scheduler_reserve_full_isl`), and a failed admission stops the queue;
+4. the batch runs for the cost model's time; `Policy.on_step` gets what was scheduled.
+
+The policy sees only what a real engine sees: core `Request`s (prompt size, what was computed) as
+they arrive, boundary events and telemetry. Trace objects, output lengths still to come and tool
+durations stay in engine-side objects (`entities.py`) that are never passed to it.
+
+Decode fast-forward: a run of steps in which every running request decodes, no request finishes,
+no event or admission tick falls due and the head of the waiting queue could not be admitted is the
+same batch repeated (KV only gets scarcer while everyone decodes, so the head stays blocked); it is
+simulated in one go (the clock, KV growth and evictions end exactly where single steps would) and
+the policy gets one `on_step` with each request's tokens summed. A policy whose waiting order
+changes on its own (aging) is re-asked at least every `REORDER_S` while calls wait; for a static
+order (FCFS) the result equals single-stepping (tested).
+"""
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from typing import Callable
+
+from mars_openhands.core.model import Request
+from mars_openhands.core.policy import Policy
+from mars_openhands.events import (CpuTelemetry, EngineTelemetry, Event, PrefillStarted, SessionEnded,
+                                   ToolFinished, ToolStarted, TurnFinished, TurnSubmitted)
+from mars_openhands.sim.entities import EnginePin, SimRequest, SimSession
+from mars_openhands.sim.kv import INF, BlockPool, Chain, KVError
+from mars_openhands.sim.profiles import Profile
+from mars_openhands.sim.tools import ToolJob, ToolPool
+from mars_openhands.workload.trace import SessionTrace
+
+_ARRIVE, _TOOL_DONE, _WAKE = 0, 1, 2
+
+#: Longest decode fast-forward while calls wait (their head was blocked when it began): the
+#: policy re-orders the waiting queue at least this often (and at every event and admission tick).
+REORDER_S = 0.2
+
+
+class SimulationError(RuntimeError):
+    """The simulation cannot make progress (a policy that never releases what it holds)."""
+
+
+class Engine:
+    def __init__(self, sessions: list[SessionTrace], profile: Profile, policy: Policy, *,
+                 tool_workers: int, kv_blocks: int,
+                 progress: Callable[[int, int], None] | None = None,
+                 on_event: Callable[[Event], None] | None = None, check: bool = False,
+                 fast_forward: bool = True) -> None:
+        self.p = profile
+        self.bs = profile.block_size
+        self.max_tokens = profile.max_num_batched_tokens
+        self.max_seqs = profile.max_num_seqs
+        self.pool = BlockPool(kv_blocks)
+        self.tools = ToolPool(tool_workers)
+        self.pol = policy
+        self.admission_interval = policy.admission.interval_s if policy.admission is not None else None
+        self.progress = progress
+        self.listener = on_event
+        self.check = check
+        self.fast_forward = fast_forward
+        self.now = 0.0
+        self._heap: list = []
+        self._seq = 0
+        self.running: list[SimRequest] = []
+        self.waiting: list[SimRequest] = []
+        self.overflow: deque[SimRequest] = deque()   # admitted, beyond the policy's active window
+        self.backlog: list[SimSession] = []          # sessions parked until admitted
+        self.by_req: dict[Request, SimRequest] = {}
+        self.sys_chains: dict[str, Chain] = {}
+        self.all_chains: list[Chain] = []            # for invariant checks only
+        self.pins: dict[str, EnginePin] = {}         # engine-held pins (policy table or awaiting lookup)
+        self.pinned_now = 0
+        self.waiting_tokens = 0
+        self.ema_tool_wait = 0.0
+        self.prefill_start_latency = 0.0
+        self._wake_at = INF
+        self._tick_at = -math.inf                    # next admission tick (mirrors `Policy.admit`)
+        self.sessions = [self._new_session(t) for t in sessions]
+        # counters
+        self.done = 0
+        self.preemptions = 0
+        self.prefix_hit_tokens = 0
+        self.preempt_recompute = 0
+        self.evict_recompute = 0
+        self.prefill_tokens = 0          # every token computed in prefill mode (new + recomputed)
+        self.decode_tokens = 0
+        self.steps = 0
+        self.batches = 0
+        self.pinned_block_seconds = 0.0
+        self.pins_made = 0
+        self.pins_released = 0
+        self.timeline: list[tuple[float, float | None, float, int, int, int]] = []
+        self._next_sample = 0.0
+
+    # ---- setup ----------------------------------------------------------------------------------
+
+    def _new_session(self, trace: SessionTrace) -> SimSession:
+        cap = self.pool.total * self.bs
+        for k, t in enumerate(trace.turns):
+            if t.input_tokens + t.output_tokens > cap:
+                raise ValueError(f"session {trace.session_id!r} turn {k}: {t.input_tokens + t.output_tokens} "
+                                 f"tokens do not fit in the KV cache ({cap} tokens)")
+        sys_blocks, chain = 0, None
+        if trace.system_prompt_id is not None and trace.system_prompt_tokens:
+            shortest = min(t.input_tokens for t in trace.turns)
+            sys_blocks = min(trace.system_prompt_tokens, shortest) // self.bs
+            if sys_blocks:
+                chain = self.sys_chains.get(trace.system_prompt_id)
+                if chain is None:
+                    chain = self.sys_chains[trace.system_prompt_id] = Chain()
+                    self.all_chains.append(chain)
+        return SimSession(trace, sys_blocks, chain)
+
+    def _push(self, t: float, kind: int, obj: object) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (t, self._seq, kind, obj))
+
+    def _emit(self, ev: Event) -> list:
+        if self.listener is not None:
+            self.listener(ev)
+        return self.pol.on_event(ev)
+
+    # ---- main loop ------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        for s in self.sessions:
+            self._push(s.trace.arrival_s, _ARRIVE, s)
+        total = len(self.sessions)
+        heap = self._heap
+        idle_wakes = 0
+        while self.done < total:
+            if (self.running or self.waiting or self.backlog or self.overflow) and self._step():
+                continue
+            if self.backlog and self.admission_interval is not None and not self.now < self._wake_at < INF:
+                self._wake_at = max(self._tick_at, self.now + 1e-9)
+                self._push(self._wake_at, _WAKE, None)
+            if not heap:
+                raise SimulationError(
+                    f"stalled at t={self.now:.3f}: {len(self.waiting)} waiting, {len(self.backlog)} parked, "
+                    f"{len(self.pins)} pins, {self.pool.free}/{self.pool.total} blocks free, no event left")
+            if not self.running and not self.waiting and len(heap) == 1 and heap[0][2] == _WAKE:
+                idle_wakes += 1
+                if idle_wakes > 100_000:
+                    raise SimulationError(f"stalled at t={self.now:.3f}: the policy admits none of "
+                                          f"{len(self.backlog)} parked sessions on an idle engine")
+            else:
+                idle_wakes = 0
+            self._events_until(heap[0][0])
+            self._expire_pins()
+        if self.check:
+            self.check_invariants()
+
+    def _advance(self, t: float) -> None:
+        """Move the clock to `t`, sampling the timeline every second on the way."""
+        while self._next_sample <= t:
+            adm = self.pol.admission
+            window = adm.stats().get("window") if adm is not None else None
+            pool = self.pool
+            self.timeline.append((round(self._next_sample, 3), window, 1.0 - pool.free / pool.total,
+                                  self.pinned_now, len(self.running),
+                                  len(self.waiting) + len(self.overflow) + len(self.backlog)))
+            self._next_sample += 1.0
+        if t > self.now:
+            self.now = t
+
+    def _events_until(self, t: float) -> None:
+        heap = self._heap
+        while heap and heap[0][0] <= t:
+            et, _, kind, obj = heapq.heappop(heap)
+            self._advance(et)
+            if kind == _TOOL_DONE:
+                self._tool_done(obj)
+            elif kind == _ARRIVE:
+                self._submit_turn(obj)
+            elif self._wake_at <= et:
+                self._wake_at = INF
+        self._advance(t)
+
+    # ---- one engine step ------------------------------------------------------------------------
+
+    def _step(self) -> bool:
+        """Schedule and run one batch; False if nothing could run (the engine waits for an event)."""
+        pol, pool, now, bs = self.pol, self.pool, self.now, self.bs
+        self._expire_pins()
+        if self.admission_interval is not None or self.backlog:
+            if now >= self._tick_at and self.admission_interval is not None:
+                self._tick_at = now + self.admission_interval
+            self._admit()
+        if self.overflow:
+            self._fill_active()
+        self._emit(EngineTelemetry(now, pool.free, pool.total,
+                                   min(pol.ctx.pins.total_blocks, pool.total - pool.free),
+                                   -(-self.waiting_tokens // bs), self.prefill_start_latency))
+        running = self.running
+        if not running and not self.waiting:
+            return False
+        budget = self.max_tokens
+        sched: dict[SimRequest, int] = {}
+        gone: set[SimRequest] = set()
+        decode_only = False
+        if running:
+            decode_only = len(running) <= budget
+            if decode_only:
+                grow = 0
+                for r in running:
+                    c = r.c
+                    if c < r.req.prompt_tokens or c != r.req.prompt_tokens + r.req.output_tokens - 1:
+                        decode_only = False
+                        break
+                    if r.req.kv_blocks * bs <= c:
+                        grow += 1
+                decode_only = decode_only and grow <= pool.free
+            if decode_only:                 # the order cannot matter: everyone gets its token
+                for r in running:
+                    req = r.req
+                    if req.kv_blocks * bs <= r.c:
+                        pool.take(1)
+                        req.kv_blocks += 1
+                    sched[r] = 1
+                budget -= len(running)
+            else:
+                budget = self._schedule_running(budget, sched, gone)
+        admitted = False
+        if not gone and self.waiting and budget > 0 and len(running) < self.max_seqs:
+            n_before = len(sched)
+            budget = self._schedule_waiting(budget, sched)
+            admitted = len(sched) > n_before
+        if not sched:
+            return False
+        if decode_only and not admitted and self.fast_forward:
+            m = self._fast_forward_steps()
+            if m > 1:
+                self._run_decode_steps(m)
+                return True
+        self._run_batch(sched)
+        return True
+
+    def _tokens(self, r: SimRequest, budget: int) -> int:
+        req = r.req
+        if r.c < req.prompt_tokens:
+            return self.pol.chunk_tokens(req, budget)
+        rem = req.prompt_tokens + req.output_tokens - r.c
+        if rem > 1:                       # a resumed request recomputing its own outputs
+            q = self.pol.ordering.prefill_quantum(req, self.pol.ctx)
+            n = rem if rem < budget else budget
+            return n if q is None or q >= n else q
+        return 1 if budget > 0 else 0
+
+    def _schedule_running(self, budget: int, sched: dict, gone: set) -> int:
+        pol, pool, bs, by_req = self.pol, self.pool, self.bs, self.by_req
+        ordered = [by_req[q] for q in pol.order([r.req for r in self.running], self.now)]
+        for i, r in enumerate(ordered):
+            if budget <= 0:
+                break
+            if r in gone:
+                continue
+            req = r.req
+            n = n0 = self._tokens(r, budget)
+            while n > 0:
+                need = -(-(r.c + n) // bs) - req.kv_blocks
+                if need <= pool.free:
+                    if need > 0:
+                        pool.take(need)
+                        req.kv_blocks += need
+                    sched[r] = n
+                    budget -= n
+                    break
+                m = pol.shrink(n)
+                if m is not None and 0 < m < n:
+                    n = m
+                    continue
+                if self._revoke(need):
+                    n = n0
+                    continue
+                victim = by_req[pol.choose_victim([x.req for x in ordered[i:] if x not in gone])]
+                self._preempt(victim)
+                gone.add(victim)
+                if victim is r:
+                    break
+                n = n0
+        return budget
+
+    def _schedule_waiting(self, budget: int, sched: dict) -> int:
+        pol, running, waiting = self.pol, self.running, self.waiting
+        if len(waiting) > 1:
+            by_req = self.by_req
+            order = [by_req[q] for q in pol.order([r.req for r in waiting], self.now)]
+        else:
+            order = list(waiting)
+        admitted: list[SimRequest] = []
+        for r in order:
+            if budget <= 0 or len(running) >= self.max_seqs:
+                break
+            n = self._admit_request(r, budget, bool(sched))
+            if not n:
+                break
+            sched[r] = n
+            budget -= n
+            running.append(r)
+            admitted.append(r)
+            self.waiting_tokens -= r.req.prompt_tokens + r.req.output_tokens
+        if admitted:
+            gone = set(admitted)
+            self.waiting = [r for r in waiting if r not in gone]
+            for r in admitted:              # its lookup is done: the request holds the blocks now
+                if r.resume_pin is not None:
+                    ep, r.resume_pin = r.resume_pin, None
+                    self._release_pin(ep)
+        return budget
+
+    def _admit_request(self, r: SimRequest, budget: int, busy: bool) -> int:
+        """Prefix lookup + allocation for a waiting request (the whole sequence must fit)."""
+        pool, bs, req = self.pool, self.bs, r.req
+        total_tokens = req.prompt_tokens + req.output_tokens
+        while True:
+            plan = self._lookup(r)
+            hit, touched = plan[0], plan[1]
+            need = -(-total_tokens // bs) - hit + touched
+            if need <= pool.free:
+                break
+            if self._revoke(need):
+                continue
+            if not busy and not self.running and self._drop_deferred_pins(r):
+                continue
+            req.cached_tokens = hit * bs
+            return 0
+        self._commit_lookup(r, plan)
+        n = self._tokens(r, budget)
+        if n <= 0:
+            return 0
+        new = -(-(r.c + n) // bs) - req.kv_blocks
+        if new > 0:
+            pool.take(new)
+            req.kv_blocks += new
+        if not req.started:
+            wait = self.now - r.enqueued_s
+            self.prefill_start_latency += 0.2 * (wait - self.prefill_start_latency)
+            self._emit(PrefillStarted(req.session_id, self.now, req.turn_index, req.request_id))
+        return n
+
+    def _run_batch(self, sched: dict) -> None:
+        p, bs, pol = self.p, self.bs, self.pol
+        P = D = C = 0
+        A = 0.0
+        for r, n in sched.items():
+            c = r.c
+            if n == 1 and c >= r.req.prompt_tokens and c == r.req.prompt_tokens + r.req.output_tokens - 1:
+                D += 1
+                C += c + 1
+            else:
+                P += n
+                A += n * (c + n * 0.5)
+        dt = p.step_s(P, A, D, C)
+        now = self.now
+        pol.on_step([(r.req, n) for r, n in sched.items()], [r.req for r in self.waiting], now)
+        if P:
+            pol.observe_prefill(P, dt)
+        self.steps += 1
+        self.batches += 1
+        self.prefill_tokens += P
+        self.decode_tokens += D
+        self._events_until(now + dt)
+        finished = []
+        for r, n in sched.items():
+            req = r.req
+            c = r.c
+            end = c + n
+            hi = r.done_hi
+            if c < hi:
+                self.preempt_recompute += (end if end < hi else hi) - c
+            lo = c if c > hi else hi
+            if end > lo and lo < r.evict_hi:
+                self.evict_recompute += (end if end < r.evict_hi else r.evict_hi) - lo
+            if end > hi:
+                r.done_hi = end
+            r.c = end
+            req.computed_tokens = end if end < req.prompt_tokens else req.prompt_tokens
+            f_old, f_new = c // bs, end // bs
+            if f_new > f_old:
+                self._extend(r, f_old, f_new)
+            if end == req.prompt_tokens + req.output_tokens:
+                req.output_tokens += 1
+                if req.output_tokens >= r.target:
+                    finished.append(r)
+        self._finish_all(finished)
+
+    # ---- decode fast-forward --------------------------------------------------------------------
+
+    def _fast_forward_steps(self) -> int:
+        """How many identical decode steps (the one just scheduled included) may run as one batch."""
+        running, pool, bs, p = self.running, self.pool, self.bs, self.p
+        m = min(r.target - r.req.output_tokens for r in running)
+        if m <= 1:
+            return 1
+        D = len(running)
+        C0 = sum(r.c for r in running) + D
+        base = p.a + p.weight_read_s(D) + p.d * D
+        e = p.e
+        horizon = self._heap[0][0] if self._heap else INF
+        if self.admission_interval is not None and self._tick_at < horizon:
+            horizon = self._tick_at
+        if self.waiting and self.now + REORDER_S < horizon:
+            horizon = self.now + REORDER_S
+        if horizon < INF:
+            delta = horizon - self.now
+            alpha, beta = e * D / 2.0, base + e * C0 - e * D / 2.0
+            if alpha > 0:
+                j = math.ceil((-beta + math.sqrt(beta * beta + 4 * alpha * delta)) / (2 * alpha))
+            else:
+                j = math.ceil(delta / beta)
+            j = max(1, j)
+            span = lambda k: k * base + e * (k * C0 + D * k * (k - 1) / 2.0)
+            while j > 1 and span(j - 1) >= delta:
+                j -= 1
+            while span(j) < delta:
+                j += 1
+            m = min(m, j)
+        # KV: blocks for m steps beyond the one already allocated must be free (no preemption)
+        def blocks(k: int) -> int:
+            return sum(max(0, -(-(r.c + k) // bs) - r.req.kv_blocks) for r in running)
+        if blocks(m) > pool.free:
+            lo, hi = 1, m
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                if blocks(mid) <= pool.free:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            m = lo
+        return m
+
+    def _run_decode_steps(self, m: int) -> None:
+        running, pool, bs, p = self.running, self.pool, self.bs, self.p
+        D = len(running)
+        C0 = sum(r.c for r in running) + D
+        dt = m * (p.a + p.weight_read_s(D) + p.d * D) + p.e * (m * C0 + D * m * (m - 1) / 2.0)
+        for r in running:
+            need = -(-(r.c + m) // bs) - r.req.kv_blocks
+            if need > 0:
+                pool.take(need)
+                r.req.kv_blocks += need
+        now = self.now
+        self.pol.on_step([(r.req, m) for r in running], [r.req for r in self.waiting], now)
+        self.steps += m
+        self.batches += 1
+        self.decode_tokens += D * m
+        self._events_until(now + dt)
+        finished = []
+        for r in running:
+            c = r.c
+            end = c + m
+            r.c = end
+            r.done_hi = end
+            f_old, f_new = c // bs, end // bs
+            if f_new > f_old:
+                self._extend(r, f_old, f_new)
+            r.req.output_tokens += m
+            if r.req.output_tokens >= r.target:
+                finished.append(r)
+        self._finish_all(finished)
+
+    def _finish_all(self, finished: list[SimRequest]) -> None:
+        if finished:
+            done = set(finished)
+            self.running = [r for r in self.running if r not in done]
+            for r in finished:
+                self._finish(r)
+        if self.check:
+            self.check_invariants()
+
+    # ---- KV: prefix lookup, growth, release -----------------------------------------------------
+
+    def _lookup(self, r: SimRequest) -> tuple:
+        """Read-only prefix-cache lookup: (hit blocks, free-queue blocks it pulls, sys hit, plan)."""
+        pool, s, req = self.pool, r.sess, r.req
+        limit = (req.prompt_tokens + req.output_tokens - 1) // self.bs
+        S = s.sys_blocks
+        hit = touched = hs = 0
+        if S:
+            ch = s.sys_chain
+            hs = ch.hittable
+            if hs > S:
+                hs = S
+            if hs > limit:
+                hs = limit
+            touched = pool.touched_by(ch, hs)
+            hit = hs
+            if hs < S and hs < limit:
+                return hit, touched, hs, None, -1
+        if r.first_hit < 0 and r.valid_blocks < limit:   # a new turn: only the shared prefix is valid
+            limit = r.valid_blocks
+        takes = []
+        stopped = -1
+        for j, (ch, _) in enumerate(s.segments):
+            t = ch.hittable
+            room = limit - hit
+            if t > room:
+                t = room if room > 0 else 0
+            takes.append(t)
+            touched += pool.touched_by(ch, t)
+            hit += t
+            if t < ch.cap:
+                stopped = j
+                break
+        return hit, touched, hs, takes, stopped
+
+    def _commit_lookup(self, r: SimRequest, plan: tuple) -> None:
+        pool, s, req, bs = self.pool, r.sess, r.req, self.bs
+        hit, _, sys_hit, takes, stopped = plan
+        holds = []
+        S = s.sys_blocks
+        if S:
+            pool.acquire(s.sys_chain, sys_hit)
+            holds.append([s.sys_chain, sys_hit])
+        segs = s.segments
+        if takes is None:          # the system prompt missed: the session's own blocks are unreachable
+            self._fork(s, 0, S)
+        else:
+            for j, t in enumerate(takes):
+                if t > 0:
+                    pool.acquire(segs[j][0], t)
+                    holds.append([segs[j][0], t])
+            if stopped < 0:        # no context of its own yet (first turn)
+                self._fork(s, len(segs), S + sum(takes))
+            else:
+                ch = segs[stopped][0]
+                if not (stopped == len(segs) - 1 and takes[stopped] == ch.top):
+                    # what follows the hit differs from what is cached: new content, new chain
+                    t = takes[stopped]
+                    self._fork(s, stopped + 1 if t else stopped, hit)
+                    if t:
+                        ch.cap = min(ch.cap, t)
+        wch, wstart = s.segments[-1]
+        if not (holds and holds[-1][0] is wch):
+            pool.acquire(wch, 0)
+            holds.append([wch, 0])
+        r.write_idx = len(holds) - 1
+        r.write_start = wstart
+        r.holds = holds
+        r.looked_up = True
+        r.c = hit * bs
+        req.computed_tokens = min(r.c, req.prompt_tokens)
+        req.kv_blocks = hit
+        req.cached_tokens = hit * bs
+        if r.first_hit < 0:
+            r.first_hit = hit * bs
+            r.done_hi = hit * bs
+            self.prefix_hit_tokens += hit * bs
+
+    def _fork(self, s: SimSession, keep: int, start: int) -> None:
+        """Content from block `start` on is new: a fresh chain replaces segments `keep` and later."""
+        for ch, _ in s.segments[keep:]:
+            ch.cap = 0
+        ch = Chain()
+        if self.check:
+            self.all_chains.append(ch)
+        s.segments = s.segments[:keep] + [(ch, start)]
+
+    def _extend(self, r: SimRequest, f_old: int, f_new: int) -> None:
+        pool = self.pool
+        S = r.sess.sys_blocks
+        if f_old < S:
+            e = f_new if f_new < S else S
+            h = r.holds[0]
+            pool.extend(h[0], h[1], e - f_old)
+            h[1] += e - f_old
+            f_old = e
+        if f_new > f_old:
+            h = r.holds[r.write_idx]
+            if self.check and h[1] != f_old - r.write_start:
+                raise KVError(f"write chain holds {h[1]} blocks but the request is at block {f_old}")
+            pool.extend(h[0], h[1], f_new - f_old)
+            h[1] += f_new - f_old
+
+    def _release_holds(self, holds: list, private: int) -> None:
+        pool = self.pool
+        for ch, x in reversed(holds):
+            pool.release(ch, x, private)
+            private = 0
+        if private:
+            pool.put_hashless(private)
+
+    @staticmethod
+    def _private(r: SimRequest) -> int:
+        return r.req.kv_blocks - sum(h[1] for h in r.holds)
+
+    def _preempt(self, r: SimRequest) -> None:
+        req = r.req
+        self._release_holds(r.holds, self._private(r))
+        r.holds = []
+        r.looked_up = False
+        r.c = 0
+        req.computed_tokens = 0
+        req.kv_blocks = 0
+        self.running.remove(r)
+        self.waiting.insert(0, r)
+        self.waiting_tokens += req.prompt_tokens + req.output_tokens
+        self.preemptions += 1
+        self.pol.on_preempted(req, self.now)
+
+    # ---- pins -----------------------------------------------------------------------------------
+
+    def _release_pin(self, ep: EnginePin) -> None:
+        if ep.released:
+            raise KVError(f"pin of session {ep.session_id!r} released twice")
+        ep.released = True
+        self._release_holds(ep.holds, 0)
+        ep.holds = []
+        self.pinned_now -= ep.blocks
+        self.pinned_block_seconds += ep.blocks * (self.now - ep.pinned_s)
+        self.pins_released += 1
+        if self.pins.get(ep.session_id) is ep:
+            del self.pins[ep.session_id]
+
+    def _release_policy_pins(self, pins) -> None:
+        for p in pins:
+            self._release_pin(p.handle)
+
+    def _expire_pins(self) -> None:
+        if self.pol.ctx.pins:
+            self._release_policy_pins(self.pol.expired_pins(self.now))
+
+    def _revoke(self, need: int) -> bool:
+        """Drop pins in the policy's revocation order until `need` blocks are free; True if any went."""
+        if not self.pol.ctx.pins:
+            return False
+        dropped = False
+        for pin in self.pol.revocation_order():
+            p = self.pol.release_pin(pin.session_id)
+            if p is not None:
+                self._release_pin(p.handle)
+                dropped = True
+                if self.pool.free >= need:
+                    break
+        return dropped
+
+    def _drop_deferred_pins(self, r: SimRequest) -> bool:
+        """With nothing running, pins kept for other waiting calls' lookups must not block `r`."""
+        dropped = False
+        for w in self.waiting:
+            if w is not r and w.resume_pin is not None:
+                ep, w.resume_pin = w.resume_pin, None
+                self._release_pin(ep)
+                dropped = True
+        return dropped
+
+    # ---- admission, arrivals, tools, finishing --------------------------------------------------
+
+    def _admit(self) -> None:
+        backlog = self.backlog
+        sessions = self.pol.ctx.sessions
+        chosen = self.pol.admit([sessions[s.sid] for s in backlog], self.now)
+        if not chosen:
+            return
+        ids = {c.session_id for c in chosen}
+        keep = []
+        for s in backlog:
+            if s.sid in ids:
+                r, s.parked = s.parked, None
+                self._enter(r)
+            else:
+                keep.append(s)
+        self.backlog = keep
+
+    def _enter(self, r: SimRequest) -> None:
+        """An admitted call joins the waiting queue, or the overflow queue beyond the active window."""
+        limit = self.pol.max_active
+        if limit is not None and (self.overflow or len(self.running) + len(self.waiting) >= limit):
+            self.overflow.append(r)
+        else:
+            self._enqueue(r)
+
+    def _fill_active(self) -> None:
+        limit = self.pol.max_active
+        room = len(self.overflow) if limit is None else limit - len(self.running) - len(self.waiting)
+        while room > 0 and self.overflow:
+            self._enqueue(self.overflow.popleft())
+            room -= 1
+
+    def _enqueue(self, r: SimRequest) -> None:
+        r.enqueued_s = self.now
+        self.waiting_tokens += r.req.prompt_tokens + r.req.output_tokens
+        self.waiting.append(r)
+
+    def _submit_turn(self, s: SimSession) -> None:
+        now, k, tr = self.now, s.k, s.trace
+        turn = tr.turns[k]
+        req = Request(f"{s.sid}#{k}", s.sid, now, turn.input_tokens, turn_index=k)
+        if k == 0:
+            valid, evict_hi = 0, 0
+        else:
+            prev = tr.turns[k - 1]
+            shared = tr.shared_prefix(k)
+            valid = shared // self.bs
+            evict_hi = min(shared, prev.input_tokens + prev.output_tokens - 1)
+        r = SimRequest(req, s, turn.output_tokens, valid, evict_hi)
+        self.by_req[req] = r
+        req.cached_tokens = self._lookup(r)[0] * self.bs
+        parked = self.pol.on_request_arrival(req, now)
+        pin = self.pol.resume_pin(s.sid)
+        if pin is not None:
+            r.resume_pin = pin.handle
+        self._emit(TurnSubmitted(s.sid, now, k, turn.input_tokens, req.request_id))
+        if parked:
+            s.parked = r
+            self.backlog.append(s)
+        else:
+            self._enter(r)
+
+    def _finish(self, r: SimRequest) -> None:
+        pol, now, req, s = self.pol, self.now, r.req, r.sess
+        del self.by_req[req]
+        canon = r.c // self.bs
+        decision = pol.on_request_finished(req, canon, now)
+        self._release_policy_pins(decision.release)
+        private = req.kv_blocks - canon
+        if decision.pin is not None and s.sid not in self.pins:
+            self.pool.put_hashless(private)
+            ep = EnginePin(s.sid, r.holds, canon, now)
+            self.pins[s.sid] = ep
+            self.pinned_now += canon
+            self.pins_made += 1
+            ep.policy_pin = pol.record_pin(s.sid, canon, decision.pin, now, handle=ep)
+            self._push_wake(ep.policy_pin.expires_s)
+        else:
+            self._release_holds(r.holds, private)
+        r.holds = []
+        req.kv_blocks = 0
+        s.turns_done += 1
+        self._emit(TurnFinished(s.sid, now, req.turn_index, req.output_tokens, req.context_tokens,
+                                req.request_id))
+        turn = s.trace.turns[s.k]
+        if turn.tool is not None:
+            tool = turn.tool
+            job = ToolJob(s, tool.name, tool.command, tool.duration_s, tool.cpu_cores, now,
+                          call_id=req.request_id)
+            self._release_policy_pins(self._emit(ToolStarted(s.sid, now, tool.name, tool.command, None,
+                                                             job.call_id)))
+            pin = pol.ctx.pins.get(s.sid)
+            if pin is not None:
+                self._push_wake(pin.expires_s)
+            self._start_tools(self.tools.submit(job))
+        else:
+            self._release_policy_pins(self._emit(SessionEnded(s.sid, now)))
+            s.finish_s = now
+            self.done += 1
+            if self.progress is not None:
+                self.progress(self.done, len(self.sessions))
+
+    def _start_tools(self, jobs: list[ToolJob]) -> None:
+        for j in jobs:
+            self.ema_tool_wait += 0.2 * ((j.started_s - j.submitted_s) - self.ema_tool_wait)
+            self._push(j.started_s + j.duration_s, _TOOL_DONE, j)
+        tp = self.tools
+        self._emit(CpuTelemetry(self.now, tp.in_flight, tp.workers, self.ema_tool_wait))
+
+    def _tool_done(self, job: ToolJob) -> None:
+        s, now = job.session, self.now
+        started = self.tools.finish(job, now)
+        self._release_policy_pins(self._emit(ToolFinished(
+            s.sid, now, job.name, job.duration_s, 0, job.command, job.call_id,
+            queue_wait_s=job.started_s - job.submitted_s)))
+        self._start_tools(started)
+        s.k += 1
+        self._submit_turn(s)
+
+    def _push_wake(self, t: float) -> None:
+        if self.now < t < INF:
+            self._push(t, _WAKE, None)
+
+    # ---- checks ---------------------------------------------------------------------------------
+
+    def check_invariants(self) -> None:
+        private = 0
+        for r in self.running:
+            p = self._private(r)
+            if p < 0:
+                raise KVError(f"request {r.req.request_id} holds {p} private blocks")
+            private += p
+        for r in self.waiting:
+            if r.holds or r.req.kv_blocks:
+                raise KVError(f"waiting request {r.req.request_id} holds blocks")
+        self.pool.check(self.all_chains, private)

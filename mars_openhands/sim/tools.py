@@ -1,0 +1,68 @@
+"""The host's tool pool (the CPU plane): N cores shared by tool calls, FIFO when they are all busy.
+
+A tool call needs `cpu_cores` cores for its whole duration; it starts when the cores are free and
+every call queued before it has started (FIFO, no overtaking), or at once on an idle pool when it
+asks for more cores than the pool has. Its run time is the trace's duration (tools do not slow each
+other down); what contention costs is the wait in the queue.
+"""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(slots=True, eq=False)
+class ToolJob:
+    session: Any            # the engine's session object (opaque here)
+    name: str
+    command: str | None
+    duration_s: float
+    cores: float
+    submitted_s: float
+    started_s: float = -1.0
+    call_id: str = ""
+
+
+class ToolPool:
+    def __init__(self, workers: int) -> None:
+        if workers < 1:
+            raise ValueError(f"tool workers must be >= 1, got {workers}")
+        self.workers = workers
+        self.busy = 0.0
+        self.running = 0
+        self.queue: deque[ToolJob] = deque()
+        self.max_queue = 0
+
+    @property
+    def in_flight(self) -> int:
+        return self.running + len(self.queue)
+
+    def submit(self, job: ToolJob) -> list[ToolJob]:
+        """Queue `job`; returns the jobs that start now."""
+        self.queue.append(job)
+        if len(self.queue) > self.max_queue:
+            self.max_queue = len(self.queue)
+        return self._start(job.submitted_s)
+
+    def finish(self, job: ToolJob, now: float) -> list[ToolJob]:
+        """`job` ended; returns the queued jobs that start now."""
+        self.busy -= job.cores
+        self.running -= 1
+        if self.busy < 1e-9:
+            self.busy = 0.0
+        return self._start(now)
+
+    def _start(self, now: float) -> list[ToolJob]:
+        started = []
+        q = self.queue
+        while q:
+            job = q[0]
+            if self.busy + job.cores > self.workers + 1e-9 and self.running:
+                break
+            q.popleft()
+            job.started_s = now
+            self.busy += job.cores
+            self.running += 1
+            started.append(job)
+        return started
