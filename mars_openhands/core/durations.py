@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import re
+from itertools import accumulate
 from dataclasses import dataclass
 
 COMMAND_CLASSES = ("test", "build", "read", "edit", "other")
@@ -114,11 +115,7 @@ class _Histogram:
     def cum(self) -> list[float]:
         """Cumulative counts at each edge (the last bin is the overflow past the last edge)."""
         if self._cum is None:
-            acc, out = 0.0, []
-            for c in self.counts[:-1]:
-                acc += c
-                out.append(acc)
-            self._cum = out
+            self._cum = list(accumulate(self.counts[:-1]))
         return self._cum
 
 
@@ -151,6 +148,7 @@ class DurationPredictor:
         self._prior = [_lognormal_cdf(t, c.prior_median_s, sigma) for t in self.edges]
         self._hists: dict[tuple, _Histogram] = {}
         self._hint_cache: dict[float, list[float]] = {}
+        self._keys: dict[tuple[str, str | None], tuple[tuple, ...]] = {}
 
     # ---- learning ----------------------------------------------------------------------------
 
@@ -160,11 +158,17 @@ class DurationPredictor:
         i = int(math.ceil((math.log10(seconds) - self._log_lo) * self.config.bins_per_decade - 1e-9))
         return min(i, self._bins - 1)
 
-    @staticmethod
-    def keys(tool_name: str, command: str | None) -> tuple[tuple, ...]:
-        """Keys from the most general to the most specific."""
-        cls = command_class(tool_name, command)
-        return (("*",), (cls,), (tool_name, cls), (tool_name, cls, program_of(command)))
+    def keys(self, tool_name: str, command: str | None) -> tuple[tuple, ...]:
+        """Keys from the most general to the most specific (memoised: a call is classified at
+        its start, its repricing and its finish)."""
+        keys = self._keys.get((tool_name, command))
+        if keys is None:
+            if len(self._keys) >= 4096:
+                self._keys.clear()
+            cls = command_class(tool_name, command)
+            keys = self._keys[(tool_name, command)] = (
+                ("*",), (cls,), (tool_name, cls), (tool_name, cls, program_of(command)))
+        return keys
 
     def observe(self, tool_name: str, command: str | None, seconds: float) -> None:
         if not math.isfinite(seconds) or seconds < 0:
@@ -214,9 +218,13 @@ class DurationPredictor:
     def cdf(self, tool_name: str | None, command: str | None, t: float,
             hint: float | None = None) -> float:
         """P(duration <= t), interpolated linearly in log-time between edges."""
+        return self.interpolate(self.cdf_at_edges(tool_name, command, hint), t) if t > 0 else 0.0
+
+    def interpolate(self, cdf: list[float], t: float) -> float:
+        """Value at `t` of a CDF given at the edges (linear in log-time)."""
+        edges = self.edges
         if t <= 0:
             return 0.0
-        cdf, edges = self.cdf_at_edges(tool_name, command, hint), self.edges
         if t <= edges[0]:
             return cdf[0] * t / edges[0]
         x = (math.log10(t) - self._log_lo) * self.config.bins_per_decade

@@ -129,16 +129,18 @@ class MlfqOrdering(Ordering):
 
     def on_step(self, scheduled: Sequence[tuple[Request, int]], waiting: Sequence[Request],
                 ctx: PolicyContext) -> None:
-        top, starts = self._top, self._chunk_start
-        for req, tokens in scheduled:
-            start = starts.get(req)
-            if start is None:                 # no prefill chunk this step
-                if not req.is_prefill:
-                    req.level = 0
-            elif (req.quantum_left <= tokens and req.level < top
-                  and req.prompt_tokens - start - tokens > 0):
-                req.level += 1
-        starts.clear()
+        starts = self._chunk_start
+        if starts:
+            top = self._top
+            for req, tokens in scheduled:
+                start = starts.get(req)
+                if (start is not None and req.quantum_left <= tokens and req.level < top
+                        and req.prompt_tokens - start - tokens > 0):
+                    req.level += 1
+            starts.clear()
+        for req, _ in scheduled:               # decode is L0
+            if req.level and req.computed_tokens >= req.prompt_tokens:
+                req.level = 0
 
     def on_preempted(self, req: Request, ctx: PolicyContext) -> None:
         req.level = 0

@@ -21,6 +21,7 @@ the lowest value density (expected seconds saved per block-second) first.
 """
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -78,22 +79,29 @@ class PricedRetention(Retention):
                                if tool is not None else (None, None, None))
         pred = self.durations
         cdf = pred.cdf_at_edges(name, command, hint)
-        f0 = pred.cdf(name, command, waited_s, hint) if waited_s > 0 else 0.0
+        f0 = pred.interpolate(cdf, waited_s)
         if f0 >= 1.0:
             return 0.0, 0.0, 0.0
         gain = self.resume_gain_s(context_tokens, ctx) / (1.0 - f0)
         rent = blocks * self.shadow_price(ctx)
-        cap = self.config.max_quantile
+        cap, edges = self.config.max_quantile, pred.edges
+        start = bisect_right(edges, waited_s)
         best_hold = best_value = best_p = 0.0
-        for t, f in zip(pred.edges, cdf):
-            if t <= waited_s:
-                continue
-            hold = t - waited_s
-            value = (f - f0) * gain - rent * hold
-            if value > best_value:
-                best_hold, best_value, best_p = hold, value, f - f0
-            if f >= cap:
-                break
+        if rent == 0.0 and start < len(edges):
+            # free memory: value only grows with the hold, so stop at the cap quantile
+            i = min(bisect_left(cdf, cap, lo=start), len(edges) - 1)
+            i = bisect_left(cdf, cdf[i], lo=start)          # earliest edge with that probability
+            if cdf[i] > f0:
+                best_hold, best_p = edges[i] - waited_s, cdf[i] - f0
+                best_value = best_p * gain
+        else:
+            for t, f in zip(edges[start:], cdf[start:]):
+                hold = t - waited_s
+                value = (f - f0) * gain - rent * hold
+                if value > best_value:
+                    best_hold, best_value, best_p = hold, value, f - f0
+                if f >= cap:
+                    break
         if best_hold <= 0.0:
             return 0.0, 0.0, 0.0
         density = best_p * gain / (max(1, blocks) * best_hold)

@@ -290,3 +290,35 @@ def test_priced_rule_forgets_tool_state_on_cancel_and_session_end():
     p.on_event(ToolStarted("t", 3.1, "terminal"))
     p.on_event(SessionEnded("t", 4.0))
     assert p.retention._started == {} and len(p.ctx.pins) == 0
+
+
+def brute_force_hold(r: PricedRetention, ctx, context, blocks, waited):
+    pred = r.durations
+    cdf = pred.cdf_at_edges(None, None)
+    f0 = pred.interpolate(cdf, waited)
+    gain = r.resume_gain_s(context, ctx) / (1 - f0)
+    rent = blocks * r.shadow_price(ctx)
+    best = (0.0, 0.0)
+    for t, f in zip(pred.edges, cdf):
+        if t <= waited:
+            continue
+        value = (f - f0) * gain - rent * (t - waited)
+        if value > best[1]:
+            best = (t - waited, value)
+        if f >= r.config.max_quantile:
+            break
+    return best
+
+
+@pytest.mark.parametrize("demand", [0, 1050, 1400])
+@pytest.mark.parametrize("waited", [0.0, 0.7, 30.0])
+def test_priced_best_hold_is_the_argmax_over_the_grid(demand, waited):
+    p = priced()
+    p.ctx.prefill_tps = 10_000.0
+    rng = random.Random(5)
+    for i in range(300):
+        tool_done(p, "w", 10.0 + i, rng.lognormvariate(0.0, 1.5), command="python x.py")
+    p.on_event(EngineTelemetry(400.0, free_blocks=1000, total_blocks=10_000, waiting_demand_blocks=demand))
+    hold, value, _ = p.retention.best_hold(None, 16_000, 1000, p.ctx, waited)
+    exp_hold, exp_value = brute_force_hold(p.retention, p.ctx, 16_000, 1000, waited)
+    assert hold == pytest.approx(exp_hold) and value == pytest.approx(exp_value)
