@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +39,8 @@ from swebench.harness.utils import make_test_spec
 from evaluation.swebench.workspace import create_workspace, git_env
 
 RESOLVED, UNRESOLVED, EMPTY, ERROR = "resolved", "unresolved", "empty", "error"
+_RUNNING: set[subprocess.Popen] = set()  # eval scripts in flight, for kill_running_evals()
+_RUNNING_LOCK = threading.Lock()
 _REQUIRED = ("instance_id", "repo", "base_commit", "image", "version", "eval_script",
              "log_parser", "eval_type", "FAIL_TO_PASS", "PASS_TO_PASS")
 
@@ -74,7 +78,7 @@ def _apply_patch(workspace: Path, patch_file: Path, log: list[str]) -> bool:
         if attempt:
             subprocess.run("git checkout -- . ; git clean -fdq", shell=True, cwd=workspace,
                            env=git_env(), capture_output=True)
-        proc = subprocess.run(f"{command} {patch_file}", shell=True, cwd=workspace,
+        proc = subprocess.run(f"{command} {shlex.quote(str(patch_file))}", shell=True, cwd=workspace,
                               env=git_env(), capture_output=True, text=True)
         if proc.returncode == 0:
             log.append(f"{APPLY_PATCH_PASS}:\n{proc.stdout}{proc.stderr}")
@@ -84,25 +88,56 @@ def _apply_patch(workspace: Path, patch_file: Path, log: list[str]) -> bool:
     return False
 
 
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def kill_running_evals() -> int:
+    """Kill every eval script still running, e.g. when a driver stops on Ctrl-C.
+
+    Eval scripts run in their own session (so a timeout can kill the whole tree), which
+    also shields them from the terminal's SIGINT; grading threads then return ``error``.
+    Returns how many were killed.
+    """
+    with _RUNNING_LOCK:
+        running = list(_RUNNING)
+        _RUNNING.clear()
+    for proc in running:
+        _kill_group(proc)
+    return len(running)
+
+
 def run_eval_script(eval_file: Path, workspace: Path, output: Path, python: str, timeout: float) -> bool:
     """Run the eval script with stdout and stderr interleaved, as `docker exec` captures them.
 
-    Returns False on timeout, after killing the script's whole process group.
+    Returns False on timeout, after killing the script's whole process group; the group is
+    also killed if waiting is interrupted, so no test process outlives its grading.
     """
     env = git_env()
     env.update({"SWEBENCH_TESTBED": str(workspace), "SWEBENCH_PYTHON": python})
     with open(output, "w") as out:
         proc = subprocess.Popen(["/bin/bash", str(eval_file)], cwd=workspace, env=env, stdout=out,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-        try:
-            proc.wait(timeout=timeout)
-            return True
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    with open(output, "a") as out:
-        out.write(f"\n\n{TESTS_TIMEOUT}\nTimeout error: {timeout} seconds exceeded.\n")
-    return False
+    with _RUNNING_LOCK:
+        _RUNNING.add(proc)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        pass
+    finally:
+        if proc.poll() is None:
+            _kill_group(proc)
+        with _RUNNING_LOCK:
+            _RUNNING.discard(proc)
+    if proc.returncode == -signal.SIGKILL:
+        with open(output, "a") as out:
+            out.write(f"\n\n{TESTS_TIMEOUT}\nTimeout error: {timeout} seconds exceeded or killed.\n")
+        return False
+    return True
 
 
 def grade(
@@ -149,7 +184,7 @@ def grade(
         finished = run_eval_script(eval_file.resolve(), workspace, output, python, timeout)
         result.test_output = output.read_text(errors="replace")
         if not finished:
-            result.error = f"{TESTS_TIMEOUT} after {timeout} s"
+            result.error = f"{TESTS_TIMEOUT}: killed after at most {timeout} s"
             return result
         prediction = {"instance_id": iid, "model_patch": model_patch, "model_name_or_path": model_name}
         report = get_eval_report(test_spec, prediction, str(output), include_tests_status=True)

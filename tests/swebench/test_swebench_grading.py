@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from evaluation.swebench import evaluate
-from evaluation.swebench.grading import EMPTY, ERROR, RESOLVED, UNRESOLVED, grade
+from evaluation.swebench.grading import EMPTY, ERROR, RESOLVED, UNRESOLVED, grade, kill_running_evals
 from evaluation.swebench.render import patched_files
 from evaluation.swebench.workspace import create_workspace, git
 
@@ -133,6 +133,28 @@ def test_hanging_tests_time_out_as_error(by_id, private_tmp):
     result = grade(instance, make_patch(instance, hang), timeout=5)
     assert result.status == ERROR and "Timed Out" in result.error
     assert time.monotonic() - start < 30
+    assert processes_inside(private_tmp) == []
+
+
+def test_kill_running_evals_stops_grading_in_other_threads(by_id, private_tmp):
+    from concurrent.futures import ThreadPoolExecutor
+
+    instance = by_id["marsbench__retrykit-52"]
+
+    def hang(ws: Path) -> None:
+        path = ws / "retrykit/policy.py"
+        path.write_text(path.read_text() + "\nimport time\nwhile True:\n    time.sleep(0.1)\n")
+
+    patch = make_patch(instance, hang)
+    with ThreadPoolExecutor(2) as pool:
+        futures = [pool.submit(grade, instance, patch, timeout=120) for _ in range(2)]
+        killed, deadline = 0, time.monotonic() + 60
+        while killed < 2 and time.monotonic() < deadline:
+            killed += kill_running_evals()
+            time.sleep(0.05)
+        results = [f.result(timeout=30) for f in futures]
+    assert killed == 2
+    assert [r.status for r in results] == [ERROR, ERROR]
     assert processes_inside(private_tmp) == []
 
 
