@@ -23,10 +23,7 @@ LEVEL_QUANTA: tuple[int, int, int, int] = (2048, 1024, 512, 256)
 
 def size_level(tokens: int, bounds: Sequence[int] = LEVEL_BOUNDS) -> int:
     """MARS level of a prefill of `tokens` (<= 2048 -> 0, <= 8192 -> 1, <= 32768 -> 2, else 3)."""
-    for level, bound in enumerate(bounds):
-        if tokens <= bound:
-            return level
-    return len(bounds)
+    return bisect_left(bounds, tokens)
 
 
 class FcfsOrdering(Ordering):
@@ -87,7 +84,7 @@ class MlfqOrdering(Ordering):
         if done >= prompt:
             return 0
         cached = req.cached_tokens
-        level = bisect_left(self._bounds, prompt - (done if done > cached else cached))
+        level = size_level(prompt - (done if done > cached else cached), self._bounds)
         return req.level if req.level > level else level
 
     def effective_level(self, req: Request, now: float) -> int:
