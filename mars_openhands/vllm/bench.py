@@ -93,7 +93,7 @@ def _model_max_len(model: Path) -> int | None:
 
 
 def _vllm_flags(args: argparse.Namespace, extra: list[str], needed_len: int) -> list[str]:
-    flags = list(extra)
+    flags = list(extra) + ["--tool-workers", str(args.tool_workers)]   # the CPU plane the policy assumes
     if args.kv_cache_memory_bytes:
         flags += ["--kv-cache-memory-bytes", str(args.kv_cache_memory_bytes)]
     if "--max-model-len" not in flags:

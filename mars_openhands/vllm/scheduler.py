@@ -43,6 +43,7 @@ from vllm.v1.request import Request, RequestStatus
 from mars_openhands.core import EngineShape, Pin, Policy, build_policy, policy_names
 from mars_openhands.core import Request as CoreRequest
 from mars_openhands.events import parse_event
+from mars_openhands.vllm.scheduler_path import class_stem, scheduler_class_path  # noqa: F401 (re-export)
 from mars_openhands.vllm.session import session_of, turn_index_of
 
 #: Finishes that end a turn normally (anything else - abort, error - pins nothing).
@@ -413,18 +414,6 @@ class MarsSchedulerMixin:
                        "kv_usage": pool.get_usage()},
             "counters": dict(self.mars_counters),
         }
-
-
-def class_stem(policy: str) -> str:
-    """`continuum-dy` -> `ContinuumDy` (the class-name stem of a policy)."""
-    return "".join(part.capitalize() for part in policy.replace("_", "-").split("-"))
-
-
-def scheduler_class_path(policy: str, async_scheduling: bool = False) -> str:
-    if policy not in policy_names():
-        raise ValueError(f"unknown policy {policy!r}; known: {', '.join(policy_names())}")
-    suffix = "AsyncScheduler" if async_scheduling else "Scheduler"
-    return f"{__name__}.{class_stem(policy)}{suffix}"
 
 
 def _define_classes() -> None:

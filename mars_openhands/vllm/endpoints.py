@@ -1,0 +1,176 @@
+"""`vllm.endpoint_plugins` entry: the MARS routes on vLLM's OpenAI API server.
+
+- `POST /mars/v1/events`: `{"events": [...]}` in the `mars_openhands.events` schema. The whole
+  batch is validated first (400 with the reason, nothing applied), then handed to the scheduler
+  between two engine steps through the `mars_events` EngineCore utility. With `MARS_EVENTS_TOKEN`
+  set, a request without `Authorization: Bearer <token>` gets 401.
+- `GET /mars/v1/stats`: the scheduler's `mars_stats()` (admission window, pressure, parked and
+  pinned sessions, counters).
+- `mars_*` gauges and counters in vLLM's own `/metrics`, refreshed from the same stats.
+- a middleware that folds `x-litellm-session-id` / `prompt_cache_key` into `X-Session-ID` (see
+  `mars_openhands.vllm.session` for the precedence).
+
+vLLM loads endpoint plugins only when named in `VLLM_PLUGINS`; `mars-openhands serve` does that.
+"""
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import os
+from argparse import Namespace
+from typing import Any
+
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.responses import JSONResponse
+from starlette.datastructures import State
+
+from mars_openhands.events import EventError, parse_batch
+from mars_openhands.vllm.metrics import MarsCollector
+from mars_openhands.vllm.plugin import EVENTS_METHOD, STATS_METHOD
+
+TOKEN_ENV = "MARS_EVENTS_TOKEN"
+#: Seconds between refreshes of the `mars_*` Prometheus metrics.
+METRICS_INTERVAL_S = float(os.environ.get("MARS_METRICS_INTERVAL_S", "1.0"))
+_COMPLETION_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/responses")
+
+
+def _error(status: int, message: str, **headers: str) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status, headers=headers or None)
+
+
+def _unauthorized(request: Request) -> JSONResponse | None:
+    token = request.app.state.mars_token
+    if not token:
+        return None
+    given = request.headers.get("authorization", "")
+    scheme, _, value = given.partition(" ")
+    if scheme.lower() == "bearer" and hmac.compare_digest(value.strip().encode(), token.encode()):
+        return None
+    return _error(401, "missing or wrong bearer token (MARS_EVENTS_TOKEN is set on the server)",
+                  **{"WWW-Authenticate": "Bearer"})
+
+
+async def _utility(request: Request, method: str, *args: Any) -> Any:
+    engine = request.app.state.mars_engine
+    if engine is None:
+        raise RuntimeError("no engine attached to this server")
+    return await engine.engine_core.call_utility_async(method, *args)
+
+
+async def post_events(request: Request) -> JSONResponse:
+    denied = _unauthorized(request)
+    if denied is not None:
+        return denied
+    try:
+        body = json.loads(await request.body())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        return _error(400, f"body: not valid JSON ({e})")
+    try:
+        events = parse_batch(body)
+    except EventError as e:
+        return _error(400, str(e))
+    try:
+        accepted = await _utility(request, EVENTS_METHOD, [ev.to_dict() for ev in events])
+    except Exception as e:   # the engine re-validates; anything it refuses is a server-side state
+        return _error(503, f"engine refused the events: {e}")
+    return JSONResponse({"accepted": accepted})
+
+
+async def get_stats(request: Request) -> JSONResponse:
+    try:
+        stats = await _utility(request, STATS_METHOD)
+    except Exception as e:
+        return _error(503, f"engine stats unavailable: {e}")
+    request.app.state.mars_collector.update(stats)
+    return JSONResponse(stats)
+
+
+class SessionIdMiddleware:
+    """Turn `x-litellm-session-id`, else body `prompt_cache_key`, into `X-Session-ID`.
+
+    Only completion POSTs without `X-Session-ID` are touched; the body is replayed unchanged.
+    """
+
+    def __init__(self, app) -> None:
+        self.app = app
+
+    async def __call__(self, scope, receive, send) -> None:
+        if (scope["type"] != "http" or scope.get("method") != "POST"
+                or not scope.get("path", "").endswith(_COMPLETION_PATHS)):
+            return await self.app(scope, receive, send)
+        headers = dict(scope["headers"])
+        if b"x-session-id" in headers:
+            return await self.app(scope, receive, send)
+        sid = headers.get(b"x-litellm-session-id", b"")
+        if not sid:
+            body, receive = await _buffer_body(receive)
+            sid = _prompt_cache_key(body)
+        if sid:
+            scope = {**scope, "headers": [*scope["headers"], (b"x-session-id", sid)]}
+        return await self.app(scope, receive, send)
+
+
+async def _buffer_body(receive):
+    chunks, more = [], True
+    while more:
+        message = await receive()
+        if message["type"] != "http.request":       # client went away: replay that as-is
+            async def replay_disconnect(m=message):
+                return m
+            return b"", replay_disconnect
+        chunks.append(message.get("body", b""))
+        more = message.get("more_body", False)
+    body = b"".join(chunks)
+    sent = False
+
+    async def replay():
+        nonlocal sent
+        if sent:
+            return await receive()
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+    return body, replay
+
+
+def _prompt_cache_key(body: bytes) -> bytes:
+    try:
+        data = json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return b""
+    key = data.get("prompt_cache_key") if isinstance(data, dict) else None
+    return key.encode() if isinstance(key, str) and key else b""
+
+
+class MarsEndpoints:
+    """The endpoint plugin object vLLM instantiates (`name` is what VLLM_PLUGINS must list)."""
+
+    name = "mars_endpoints"
+    required_tasks = ("generate",)
+
+    def attach_router(self, app: FastAPI) -> None:
+        router = APIRouter()
+        router.add_api_route("/mars/v1/events", post_events, methods=["POST"])
+        router.add_api_route("/mars/v1/stats", get_stats, methods=["GET"])
+        app.include_router(router)
+        app.add_middleware(SessionIdMiddleware)
+        app.state.mars_collector = MarsCollector.install()
+
+    async def init_state(self, engine_client: Any, state: State, args: Namespace) -> None:
+        state.mars_engine = engine_client
+        state.mars_token = os.environ.get(TOKEN_ENV) or None
+        if engine_client is not None:
+            state.mars_poller = asyncio.get_running_loop().create_task(
+                _poll_stats(engine_client, state.mars_collector))
+
+
+async def _poll_stats(engine_client: Any, collector: MarsCollector) -> None:
+    """Keep the Prometheus view fresh; a failing engine only leaves the last values in place."""
+    while True:
+        try:
+            collector.update(await engine_client.engine_core.call_utility_async(STATS_METHOD))
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            collector.mark_stale()
+        await asyncio.sleep(METRICS_INTERVAL_S)

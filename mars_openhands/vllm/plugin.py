@@ -1,0 +1,38 @@
+"""`vllm.general_plugins` entry: EngineCore utility methods that reach the MARS scheduler.
+
+vLLM runs a utility call (`engine_client.engine_core.call_utility_async(name, *args)`) on the
+EngineCore busy-loop thread between two steps, which is the one place where mutating scheduler
+state is safe. General plugins load in every vLLM process and possibly more than once, so
+`register` is idempotent and does nothing else.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+EVENTS_METHOD = "mars_events"
+STATS_METHOD = "mars_stats"
+
+
+def _scheduler(engine_core: Any) -> Any:
+    sched = getattr(engine_core, "scheduler", None)
+    if not hasattr(sched, "apply_events"):
+        raise RuntimeError("this engine does not run a MARS scheduler; start it with "
+                           "`mars-openhands serve` or --scheduler-cls mars_openhands.vllm.scheduler.*")
+    return sched
+
+
+def mars_events(self: Any, events: list) -> int:
+    """Apply a batch of wire-form events (validated again in the engine); returns how many."""
+    return _scheduler(self).apply_events(list(events))
+
+
+def mars_stats(self: Any) -> dict:
+    return _scheduler(self).mars_stats()
+
+
+def register() -> None:
+    from vllm.v1.engine.core import EngineCore
+
+    for name, fn in ((EVENTS_METHOD, mars_events), (STATS_METHOD, mars_stats)):
+        if getattr(EngineCore, name, None) is not fn:
+            setattr(EngineCore, name, fn)

