@@ -132,6 +132,15 @@ class ProbePlan:
         return per_rep * self.reps
 
 
+async def _end(engine: EngineClient, *session_ids: str) -> None:
+    """Probes are one-turn sessions: end them at once so no policy keeps state (or pins) for them."""
+    try:
+        await engine.post_events([SessionEnded(session_id=sid, t=time.time(), reason="calibration")
+                                  for sid in session_ids])
+    except (EngineError, httpx.HTTPError):
+        pass    # a stock server has no events endpoint
+
+
 async def calibrate(engine: EngineClient, space: TokenSpace, plan: ProbePlan,
                     progress: Callable[[], None] | None = None) -> Samples:
     """Run the probes of `plan` one at a time on an idle engine (batches: k at once)."""
@@ -144,31 +153,25 @@ async def calibrate(engine: EngineClient, space: TokenSpace, plan: ProbePlan,
             base = bases[ctx] = space.draw(f"probe/{rep}/base/{ctx}", ctx)
             if ctx:
                 await engine.complete(base, 1, f"probe/{rep}/base/{ctx}", 0)     # warm the prefix once
+                await _end(engine, f"probe/{rep}/base/{ctx}")
             for n in plan.new_sizes:
                 key = f"probe/{rep}/{ctx}/{n}"
                 c = await engine.complete(base + space.draw(key, n), 1, key, 0)
+                await _end(engine, key)
                 hit = c.cached_tokens if c.cached_tokens is not None else ctx
                 s.prefill.append((ctx + n - hit, hit, c.finished - c.submitted))
                 tick()
         for ctx, base in bases.items():      # batch-1 decode after each (cached) context
             key = f"probe/{rep}/decode/{ctx}"
             c = await engine.complete(base + space.draw(key, bs), dl, key, 0)
+            await _end(engine, key)
             s.decode.append((1, ctx + bs + dl // 2, (c.finished - c.first_token) / (dl - 1)))
             tick()
         for k in BATCHES:
-            key = f"probe/{rep}/batch/{k}"
-            cs = await asyncio.gather(*(engine.complete(space.draw(f"{key}/{i}", bs), dl, f"{key}/{i}", 0)
-                                        for i in range(k)))
+            keys = [f"probe/{rep}/batch/{k}/{i}" for i in range(k)]
+            cs = await asyncio.gather(*(engine.complete(space.draw(key, bs), dl, key, 0) for key in keys))
+            await _end(engine, *keys)
             per_step = float(np.median([(c.finished - c.first_token) / (dl - 1) for c in cs]))
             s.decode.append((k, k * (bs + dl // 2), per_step))
             tick()
-    ended = {f"probe/{rep}/{c}/{n}" for rep in range(plan.reps) for c in plan.ctx_sizes for n in plan.new_sizes}
-    ended |= {f"probe/{rep}/base/{c}" for rep in range(plan.reps) for c in plan.ctx_sizes[1:]}
-    ended |= {f"probe/{rep}/decode/{c}" for rep in range(plan.reps) for c in plan.ctx_sizes}
-    ended |= {f"probe/{rep}/batch/{k}/{i}" for rep in range(plan.reps) for k in BATCHES for i in range(k)}
-    try:
-        await engine.post_events([SessionEnded(session_id=sid, t=time.time(), reason="calibration")
-                                  for sid in sorted(ended)])
-    except (EngineError, httpx.HTTPError):
-        pass    # a stock server has no events endpoint; the probes are finished requests anyway
     return s

