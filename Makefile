@@ -18,7 +18,7 @@ PY := $(VENV)/bin/python
 AGENT_PY := $(AGENT_VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: help setup setup-engine setup-agent test test-core test-agent test-slow bench-sim clean
+.PHONY: help setup setup-engine setup-agent test test-core test-agent test-slow bench-sim clean test-agent-latest
 
 help:
 	@echo "make setup        build both environments from nothing (.venv on 3.11, .venv-agent on 3.12)"
@@ -27,6 +27,8 @@ help:
 	@echo "make bench-sim    simulator speed benchmark (1,000 sessions, one policy)"
 	@echo "make swebench-dataset  check the bundled SWE-bench task repo and compile it to parquet (offline)"
 	@echo "make swebench-gold     grade every bundled task's gold patch on the host (no Docker)"
+	@echo "make swebench-run      SWE-bench through OpenHands agents on a MARS engine (DATASET SPLIT INSTANCES WORKERS POLICY MODEL ENGINE_URL)"
+	@echo "make demo              MARS vs FCFS: the offline SWE-bench set with K concurrent agents, table + plots in runs/demo"
 
 setup: setup-engine setup-agent
 
@@ -87,7 +89,7 @@ bench-sim: setup-engine
 	$(PY) -m mars_openhands.sim.bench
 
 clean:
-	rm -rf $(VENV) $(AGENT_VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) $(AGENT_VENV) $(AGENT_LATEST_VENV) build *.egg-info .pytest_cache
 
 # The bundled offline SWE-bench task repo (evaluation/swebench): validated and compiled with
 # swebench's own CLI, graded on the host with swebench's grading functions.
@@ -103,3 +105,23 @@ swebench-dataset: setup-agent
 swebench-gold: setup-agent
 	$(AGENT_PY) -m evaluation.swebench.evaluate --predictions gold --run-id gold \
 		--log-root $(SWEBENCH_OUT)/logs --report-dir $(SWEBENCH_OUT) --workers 2
+
+# SWE-bench through OpenHands agents on a MARS-scheduled vLLM engine (evaluation/swebench/run.py).
+# Offline without a Docker daemon (bundled tasks, oracle harness unless MARS_CONFIG names a model);
+# without ENGINE_URL an engine is started with POLICY on MODEL and stopped at the end.
+DATASET ?=
+SPLIT ?= test
+INSTANCES ?=
+WORKERS ?= 4
+POLICY ?= mars
+MODEL ?= models/tiny
+ENGINE_URL ?=
+MARS_CONFIG ?=
+.PHONY: swebench-run demo
+swebench-run: setup models/tiny/.done
+	$(AGENT_PY) -m evaluation.swebench.run --dataset "$(DATASET)" --split "$(SPLIT)" --instances "$(INSTANCES)" \
+		--workers $(WORKERS) --policy $(POLICY) --model $(MODEL) --engine-url "$(ENGINE_URL)" \
+		$(if $(MARS_CONFIG),--config $(MARS_CONFIG))
+
+demo: setup models/tiny/.done
+	$(AGENT_PY) -m evaluation.swebench.demo

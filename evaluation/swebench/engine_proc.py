@@ -50,9 +50,11 @@ class EngineProcess:
         return f"http://127.0.0.1:{self.port}"
 
     def command(self) -> list[str]:
+        # per-request prefix-cache hits in `usage`: the proxy records them turn by turn
+        details = [] if "--enable-prompt-tokens-details" in self.extra_args else ["--enable-prompt-tokens-details"]
         return [str(self.python), "-m", "mars_openhands.cli", "serve", "--policy", self.policy,
                 "--model", str(self.model), "--host", "127.0.0.1", "--port", str(self.port),
-                *self.extra_args]
+                *details, *self.extra_args]
 
     def start(self) -> "EngineProcess":
         if not self.python.exists():

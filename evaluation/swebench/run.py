@@ -55,6 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--engine-url", default="", help="a running engine; without it one is started here")
     p.add_argument("--policy", default="mars", help="engine scheduling policy (started engine; recorded)")
     p.add_argument("--model", type=Path, default=REPO / "models" / "tiny", help="model directory for the engine")
+    p.add_argument("--kv-cache-bytes", type=int, default=200_000_000,
+                   help="KV cache of a started engine (vLLM --kv-cache-memory-bytes; default 200 MB)")
     p.add_argument("--engine-arg", action="append", default=[], metavar="ARG",
                    help="extra argument for `mars-openhands serve` (repeatable), e.g. --engine-arg=--kv-cache-memory-bytes=64000000")
     p.add_argument("--output-dir", type=Path, help="run directory (default runs/swebench/<mode>-<policy>)")
@@ -145,7 +147,8 @@ def run(args: argparse.Namespace) -> int:
     run_dir = args.output_dir or REPO / "runs" / "swebench" / f"{mode}-{args.policy}"
     engine = None
     if engine_url is None and not has_model:  # the oracle harness needs an engine: start one
-        engine = EngineProcess(args.policy, args.model, run_dir / "engine.log", extra_args=args.engine_arg)
+        engine = EngineProcess(args.policy, args.model, run_dir / "engine.log",
+                               extra_args=["--kv-cache-memory-bytes", str(args.kv_cache_bytes), *args.engine_arg])
         print(f"starting engine: policy {args.policy}, model {args.model} (log {engine.log_path})", file=sys.stderr)
         engine.start()
         engine_url = engine.url
