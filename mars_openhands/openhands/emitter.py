@@ -1,0 +1,183 @@
+"""Deliver boundary events to the engine without ever slowing or breaking the agent.
+
+`emit()` only appends to a bounded in-memory buffer (microseconds); one daemon thread drains it in
+batches to `POST {events_url}` as `{"events": [Event.to_dict(), ...]}`. A failed post is retried with
+exponential backoff (tenacity); a batch that still fails, or an event that finds the buffer full, is
+dropped and counted, and the first drop of each outage is logged. At exit the buffer is flushed for
+at most `exit_flush_timeout_s`, so a dead engine never holds the agent's process open.
+"""
+from __future__ import annotations
+
+import atexit
+import logging
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+
+import httpx
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
+
+from mars_openhands.events import Event
+from mars_openhands.openhands.config import EmitterConfig
+
+log = logging.getLogger("mars_openhands.emitter")
+
+
+class _Retryable(Exception):
+    """A post that may succeed later (connection error, timeout, 5xx, 429)."""
+
+
+@dataclass
+class EmitterStats:
+    emitted: int = 0
+    sent: int = 0
+    dropped_full: int = 0
+    dropped_failed: int = 0
+    batches: int = 0
+    retries: int = 0
+
+    @property
+    def dropped(self) -> int:
+        return self.dropped_full + self.dropped_failed
+
+
+class EventEmitter:
+    """Non-blocking, batched, bounded event delivery to one `/mars/v1/events` endpoint."""
+
+    def __init__(self, config: EmitterConfig, *, attempts: int = 4, backoff_min_s: float = 0.05,
+                 backoff_max_s: float = 1.0, post_timeout_s: float = 2.0):
+        if not config.events_url:
+            raise ValueError("EventEmitter: events_url is required")
+        self.config = config
+        self.stats = EmitterStats()
+        self._buf: deque[Event] = deque()
+        self._cond = threading.Condition()
+        self._closed = False
+        self._flushing = 0  # callers waiting in flush(): skip the batching window
+        self._in_flight = 0
+        self._outage = False
+        self._attempts = attempts
+        self._backoff = (backoff_min_s, backoff_max_s)
+        headers = {"Authorization": f"Bearer {config.token}"} if config.token else {}
+        self._client = httpx.Client(timeout=post_timeout_s, headers=headers)
+        self._thread = threading.Thread(target=self._run, name="mars-events", daemon=True)
+        self._thread.start()
+        atexit.register(self.close)
+
+    # ---- producer side (agent threads) -----------------------------------------------------
+
+    def emit(self, event: Event) -> bool:
+        """Queue one event; never blocks on the network. False when the buffer was full (dropped)."""
+        with self._cond:
+            self.stats.emitted += 1
+            if self._closed or len(self._buf) >= self.config.buffer_size:
+                self.stats.dropped_full += 1
+                self._note_outage("buffer full" if not self._closed else "emitter closed")
+                return False
+            self._buf.append(event)
+            if len(self._buf) == 1 or len(self._buf) >= self.config.batch_max:
+                self._cond.notify()  # wake the sender: a batch window opens, or a batch is full
+            return True
+
+    def flush(self, timeout_s: float | None = None) -> bool:
+        """Wait until everything queued so far was sent or dropped; True if that happened in time."""
+        deadline = time.monotonic() + (self.config.exit_flush_timeout_s if timeout_s is None else timeout_s)
+        with self._cond:
+            self._flushing += 1
+            self._cond.notify_all()
+            try:
+                while self._buf or self._in_flight:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return False
+                    self._cond.wait(min(left, 0.05))
+            finally:
+                self._flushing -= 1
+        return True
+
+    def close(self) -> None:
+        """Flush within the exit budget, then stop; events still queued are counted as dropped."""
+        if self._closed:
+            return
+        self.flush()
+        with self._cond:
+            self._closed = True
+            left = len(self._buf)
+            self._buf.clear()
+            self.stats.dropped_failed += left
+            self._cond.notify_all()
+        self._thread.join(timeout=self.config.exit_flush_timeout_s)
+        self._client.close()
+        atexit.unregister(self.close)
+        if self.stats.dropped:
+            log.warning("mars events: %d sent, %d dropped (%d buffer full, %d delivery failed) to %s",
+                        self.stats.sent, self.stats.dropped, self.stats.dropped_full,
+                        self.stats.dropped_failed, self.config.events_url)
+
+    # ---- sender thread ---------------------------------------------------------------------
+
+    def _note_outage(self, why: str) -> None:
+        if not self._outage:
+            self._outage = True
+            log.warning("mars events: cannot deliver to %s (%s); dropping events, the agent goes on",
+                        self.config.events_url, why)
+
+    def _take_batch(self) -> list[Event] | None:
+        """Block until an event arrives, then collect more for one flush interval (or a full batch)."""
+        with self._cond:
+            while not self._buf and not self._closed:
+                self._cond.wait()
+            deadline = time.monotonic() + self.config.flush_interval_s
+            while not self._closed and not self._flushing and len(self._buf) < self.config.batch_max:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._cond.wait(left)
+            if not self._buf:
+                return None
+            n = min(len(self._buf), self.config.batch_max)
+            batch = [self._buf.popleft() for _ in range(n)]
+            self._in_flight = n
+            return batch
+
+    def _post(self, body: dict) -> None:
+        try:
+            r = self._client.post(self.config.events_url, json=body)
+        except httpx.HTTPError as e:
+            raise _Retryable(f"{type(e).__name__}: {e}") from e
+        if r.status_code >= 500 or r.status_code == 429:
+            raise _Retryable(f"HTTP {r.status_code}")
+        if r.status_code >= 400:  # the engine rejected the batch: retrying cannot help
+            raise RuntimeError(f"HTTP {r.status_code}: {r.text[:200]}")
+
+    def _send(self, batch: list[Event]) -> None:
+        body = {"events": [e.to_dict() for e in batch]}
+        retrying = Retrying(stop=stop_after_attempt(self._attempts),
+                            wait=wait_exponential(multiplier=self._backoff[0], max=self._backoff[1]),
+                            retry=retry_if_exception_type(_Retryable), reraise=True,
+                            before_sleep=lambda _: self._count_retry())
+        try:
+            retrying(self._post, body)
+        except Exception as e:  # noqa: BLE001 - delivery must never raise into the agent
+            self.stats.dropped_failed += len(batch)
+            self._note_outage(str(e))
+            return
+        self.stats.sent += len(batch)
+        self.stats.batches += 1
+        if self._outage:
+            self._outage = False
+            log.warning("mars events: engine reachable again; %d events dropped so far", self.stats.dropped)
+
+    def _count_retry(self) -> None:
+        self.stats.retries += 1
+
+    def _run(self) -> None:
+        while True:
+            batch = self._take_batch()
+            if batch is None:
+                return
+            self._send(batch)
+            with self._cond:
+                self._in_flight = 0
+                self._cond.notify_all()

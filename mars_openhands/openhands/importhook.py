@@ -1,0 +1,108 @@
+"""Load the OpenHands runtime patches into every Python process of the agent environment.
+
+Mechanism: `make setup-agent` runs `python -m mars_openhands.openhands.autopatch install`, which
+writes `mars_openhands_patch.pth` into the environment's site-packages. Python executes that one
+line at start-up; it calls `install_import_hook()` here, which registers a tiny import hook
+(stdlib only, nothing imported eagerly) that acts only when OpenHands itself gets imported:
+
+- `openhands_cli.entrypoint` -> `runtime_patches.openhands_cli.apply()`: the stock `openhands`
+  CLI gains `--config mars.toml`;
+- `openhands.sdk` -> `runtime_patches.openhands_sdk.apply()`, and instrumentation starts when the
+  process was configured through the environment: `MARS_CONFIG=/path/mars.toml` (what
+  `openhands --config` and `mars-openhands run` set, inherited by an agent-server they start) or
+  `MARS_EVENTS_URL` (+ optional `MARS_EVENTS_TOKEN`) for a bare agent-server.
+
+Turn it off for one process with `MARS_OPENHANDS_PATCH=0`; remove it with
+`python -m mars_openhands.openhands.autopatch uninstall`.
+"""
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import os
+import sys
+from typing import Any, Callable
+
+DISABLE_ENV = "MARS_OPENHANDS_PATCH"
+
+
+def enabled() -> bool:
+    return os.environ.get(DISABLE_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def _patch_cli(module: Any) -> None:
+    from runtime_patches import openhands_cli
+    openhands_cli.apply(module)
+
+
+def _configured() -> bool:
+    return bool(os.environ.get("MARS_CONFIG") or os.environ.get("MARS_EVENTS_URL"))
+
+
+def _patch_sdk(module: Any) -> None:
+    from runtime_patches import openhands_sdk
+    try:
+        openhands_sdk.apply()
+    except openhands_sdk.PatchError:
+        if _configured():  # MARS was asked for: a silent no-op would lie
+            raise
+        openhands_sdk.log.warning("mars-openhands: SDK patch skipped", exc_info=True)
+        return
+    enable_from_env()
+
+
+_HOOKS: dict[str, Callable[[Any], None]] = {
+    "openhands_cli.entrypoint": _patch_cli,
+    "openhands.sdk": _patch_sdk,
+}
+
+
+def enable_from_env() -> None:
+    """Start instrumentation if this process was configured through the environment."""
+    from mars_openhands.openhands import instrument
+    from mars_openhands.openhands.config import EmitterConfig, load_config
+
+    if os.environ.get("MARS_CONFIG"):
+        instrument.enable(load_config(os.environ["MARS_CONFIG"]).mars)
+    elif os.environ.get("MARS_EVENTS_URL"):
+        instrument.enable(EmitterConfig(events_url=os.environ["MARS_EVENTS_URL"],
+                                        token=os.environ.get("MARS_EVENTS_TOKEN") or None))
+
+
+class _Loader(importlib.abc.Loader):
+    """Runs the real loader, then the patch for that module."""
+
+    def __init__(self, inner: importlib.abc.Loader, hook: Callable[[Any], None]):
+        self.inner, self.hook = inner, hook
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> Any:
+        return self.inner.create_module(spec)
+
+    def exec_module(self, module: Any) -> None:
+        self.inner.exec_module(module)
+        self.hook(module)
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        hook = _HOOKS.get(fullname)
+        if hook is None:
+            return None
+        for finder in sys.meta_path:
+            if finder is self:
+                continue
+            spec = getattr(finder, "find_spec", lambda *a: None)(fullname, path, target)
+            if spec is not None and spec.loader is not None:
+                spec.loader = _Loader(spec.loader, hook)
+                return spec
+        return None
+
+
+def install_import_hook() -> None:
+    """Called from the .pth at start-up: cheap, stdlib only, a no-op when disabled."""
+    if not enabled() or any(isinstance(f, _Finder) for f in sys.meta_path):
+        return
+    sys.meta_path.insert(0, _Finder())
+    for name, hook in _HOOKS.items():  # already imported (e.g. the hook was installed late)
+        if name in sys.modules:
+            hook(sys.modules[name])

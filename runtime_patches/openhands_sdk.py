@@ -1,0 +1,177 @@
+"""Runtime patch of the OpenHands software-agent SDK: per-tool timing, LLM session tags, run end.
+
+Why a patch: the SDK's public extension points are too coarse for MARS. Conversation callbacks see
+an `ActionEvent` when the LLM *proposes* a call and the `ObservationEvent` only after the whole
+parallel batch (so no per-tool duration), and PreToolUse/PostToolUse hooks cost 100-170 ms each
+(a subprocess per call). Subclassing tools under a new class name breaks `RemoteConversation`
+clients ("Unexpected kind"). So we wrap four methods in place, keeping every class and name:
+
+- `Agent._execute_action_event(conversation, action_event)`: the one function every tool call
+  (built-in, MCP, parallel or not) runs through, in its own worker thread -> ToolStarted/Finished,
+  timing that tool alone.
+- `Agent.step(conversation, ...)`: marks the LLM turn being taken (session = conversation id).
+- `LLM._transport_call(*, messages, **kwargs)`: the last hop before litellm -> `X-Session-ID`
+  header and `vllm_xargs` in the body (retries of one turn keep its index).
+- `LocalConversation.run()` / `.close()`: the run's end -> SessionEnded.
+
+An agent-server runs `LocalConversation` in its own process, so a `RemoteConversation` is covered
+when the server runs in the agent environment with the patch enabled (see `autopatch`).
+
+Guard: `check()` compares each patched method's parameters with what this patch was written for and
+`apply()` refuses loudly (PatchError) when they differ; SDK versions outside `TESTED_SDK_VERSIONS`
+only warn. `tests/agent/test_runtime_patch.py` runs the guard against the installed SDK.
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+from importlib.metadata import version
+from typing import Any, Callable
+
+from mars_openhands.openhands import instrument
+
+log = logging.getLogger("runtime_patches.openhands_sdk")
+
+TESTED_SDK_VERSIONS = ("1.21.0", "1.58.2")
+_MARK = "__mars_patched__"
+
+
+class PatchError(RuntimeError):
+    """The installed OpenHands SDK no longer has the shape this patch wraps."""
+
+
+def _targets() -> dict[str, tuple[type, str, tuple[str, ...]]]:
+    """Patch point -> (class, method, leading parameter names the wrapper relies on)."""
+    from openhands.sdk.agent.agent import Agent
+    from openhands.sdk.conversation.impl.local_conversation import LocalConversation
+    from openhands.sdk.llm.llm import LLM
+
+    return {
+        "execute_action": (Agent, "_execute_action_event", ("self", "conversation", "action_event")),
+        "step": (Agent, "step", ("self", "conversation")),
+        "transport": (LLM, "_transport_call", ("self", "messages")),
+        "run": (LocalConversation, "run", ("self",)),
+        "close": (LocalConversation, "close", ("self",)),
+    }
+
+
+def check() -> list[str]:
+    """Problems that make the patch unsafe on the installed SDK (empty list = safe)."""
+    problems = []
+    try:
+        targets = _targets()
+    except ImportError as e:
+        return [f"import: {e}"]
+    for name, (cls, meth, params) in targets.items():
+        fn = getattr(cls, meth, None)
+        if not callable(fn):
+            problems.append(f"{cls.__name__}.{meth}: missing")
+            continue
+        fn = getattr(fn, "__wrapped__", fn)
+        got = tuple(inspect.signature(fn).parameters)[:len(params)]
+        if got != params:
+            problems.append(f"{cls.__name__}.{meth}: parameters {got}, patch expects {params}")
+    return problems
+
+
+def _wrap(cls: type, meth: str, make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
+    orig = getattr(cls, meth)
+    if getattr(orig, _MARK, False):
+        return
+    wrapper = functools.wraps(orig)(make(orig))
+    setattr(wrapper, _MARK, True)
+    setattr(cls, meth, wrapper)
+
+
+def _status_of(events: list[Any]) -> int:
+    for ev in events:
+        obs = getattr(ev, "observation", None)
+        if obs is not None:
+            return instrument.exit_status(obs)
+        if getattr(ev, "error", None):  # AgentErrorEvent: the tool rejected its arguments
+            return 1
+    return 0
+
+
+def _execute_action(orig: Callable[..., Any]) -> Callable[..., Any]:
+    def wrapper(self: Any, conversation: Any, action_event: Any, *args: Any, **kwargs: Any) -> Any:
+        inst = instrument.active()
+        if inst is None:
+            return orig(self, conversation, action_event, *args, **kwargs)
+        span = inst.tool_started(str(conversation.id), action_event.tool_name, action_event.action,
+                                 getattr(action_event.tool_call, "id", None))
+        try:
+            events = orig(self, conversation, action_event, *args, **kwargs)
+        except Exception:
+            inst.tool_finished(span, -1)
+            raise
+        except BaseException:
+            inst.tool_cancelled(span)
+            raise
+        inst.tool_finished(span, _status_of(events))
+        return events
+    return wrapper
+
+
+def _step(orig: Callable[..., Any]) -> Callable[..., Any]:
+    def wrapper(self: Any, conversation: Any, *args: Any, **kwargs: Any) -> Any:
+        inst = instrument.active()
+        if inst is None:
+            return orig(self, conversation, *args, **kwargs)
+        token = instrument.current_step.set(inst.step_started(str(conversation.id)))
+        try:
+            return orig(self, conversation, *args, **kwargs)
+        finally:
+            instrument.current_step.reset(token)
+    return wrapper
+
+
+def _transport(orig: Callable[..., Any]) -> Callable[..., Any]:
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        inst = instrument.active()
+        if inst is not None:
+            inst.tag_llm_call(kwargs)
+        return orig(self, *args, **kwargs)
+    return wrapper
+
+
+def _end(reason: str | None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    def make(orig: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+            failed = True
+            try:
+                out = orig(self, *args, **kwargs)
+                failed = False
+                return out
+            finally:
+                inst = instrument.active()
+                if inst is not None:
+                    status = getattr(getattr(self, "state", None), "execution_status", None)
+                    why = "error" if failed else reason or str(getattr(status, "value", status))
+                    inst.session_ended(str(self.id), why)
+        return wrapper
+    return make
+
+
+def apply() -> None:
+    """Install the wrappers (idempotent). Raises PatchError if the SDK's shape changed."""
+    problems = check()
+    if problems:
+        raise PatchError("mars-openhands cannot patch openhands-sdk "
+                         f"{version('openhands-sdk')}: " + "; ".join(problems))
+    sdk_version = version("openhands-sdk")
+    if sdk_version not in TESTED_SDK_VERSIONS:
+        log.warning("mars-openhands: openhands-sdk %s is untested (tested: %s); signatures match",
+                    sdk_version, ", ".join(TESTED_SDK_VERSIONS))
+    t = _targets()
+    _wrap(*t["execute_action"][:2], _execute_action)
+    _wrap(*t["step"][:2], _step)
+    _wrap(*t["transport"][:2], _transport)
+    _wrap(*t["run"][:2], _end(None))
+    _wrap(*t["close"][:2], _end("closed"))
+
+
+def applied() -> bool:
+    t = _targets()
+    return all(getattr(getattr(cls, meth), _MARK, False) for cls, meth, _ in t.values())
