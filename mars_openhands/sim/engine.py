@@ -24,7 +24,8 @@ same batch repeated (KV only gets scarcer while everyone decodes, so the head st
 simulated in one go (the clock, KV growth and evictions end exactly where single steps would) and
 the policy gets one `on_step` with each request's tokens summed. A policy whose waiting order
 changes on its own (aging) is re-asked at least every `REORDER_S` while calls wait; for a static
-order (FCFS) the result equals single-stepping (tested).
+order (FCFS) the result equals single-stepping (tested). For the same reason a blocked waiting
+queue is not re-sorted until blocks were freed, a call joined it, or `REORDER_S` passed.
 """
 from __future__ import annotations
 
@@ -89,6 +90,10 @@ class Engine:
         self.prefill_start_latency = 0.0
         self._wake_at = INF
         self._tick_at = -math.inf                    # next admission tick (mirrors `Policy.admit`)
+        #: (free blocks, waiting_version, until): the waiting head failed to fit then; with no more
+        #: free blocks and the same waiting set it still fails (see REORDER_S for reordering).
+        self._blocked: tuple[int, int, float] | None = None
+        self.waiting_version = 0
         self.sessions = [self._new_session(t) for t in sessions]
         # counters
         self.done = 0
@@ -236,9 +241,13 @@ class Engine:
                 budget = self._schedule_running(budget, sched, gone)
         admitted = False
         if not gone and self.waiting and budget > 0 and len(running) < self.max_seqs:
-            n_before = len(sched)
-            budget = self._schedule_waiting(budget, sched)
-            admitted = len(sched) > n_before
+            blocked = self._blocked
+            if blocked is None or pool.free > blocked[0] or self.waiting_version != blocked[1] \
+                    or now >= blocked[2] or not self.fast_forward:
+                n_before = len(sched)
+                budget = self._schedule_waiting(budget, sched)
+                admitted = len(sched) > n_before
+                self._blocked = None if admitted else (pool.free, self.waiting_version, now + REORDER_S)
         if not sched:
             return False
         if decode_only and not admitted and self.fast_forward:
@@ -381,10 +390,14 @@ class Engine:
             end = c + n
             hi = r.done_hi
             if c < hi:
-                self.preempt_recompute += (end if end < hi else hi) - c
+                k = (end if end < hi else hi) - c
+                self.preempt_recompute += k
+                r.sess.recomputed += k
             lo = c if c > hi else hi
             if end > lo and lo < r.evict_hi:
-                self.evict_recompute += (end if end < r.evict_hi else r.evict_hi) - lo
+                k = (end if end < r.evict_hi else r.evict_hi) - lo
+                self.evict_recompute += k
+                r.sess.recomputed += k
             if end > hi:
                 r.done_hi = end
             r.c = end
@@ -447,18 +460,23 @@ class Engine:
         running, pool, bs, p = self.running, self.pool, self.bs, self.p
         D = len(running)
         C0 = sum(r.c for r in running) + D
-        dt = m * (p.a + p.weight_read_s(D) + p.d * D) + p.e * (m * C0 + D * m * (m - 1) / 2.0)
+        base = p.a + p.weight_read_s(D) + p.d * D
+        span = lambda k: k * base + p.e * (k * C0 + D * k * (k - 1) / 2.0)
         for r in running:
             need = -(-(r.c + m) // bs) - r.req.kv_blocks
             if need > 0:
                 pool.take(need)
                 r.req.kv_blocks += need
         now = self.now
-        self.pol.on_step([(r.req, m) for r in running], [r.req for r in self.waiting], now)
+        # The policy hears of the run when its last step is scheduled (every event falls in that
+        # step): the m-1 steps before it are past, so nothing about where the run ends leaks.
+        last = now + span(m - 1)
+        self._advance(last)
+        self.pol.on_step([(r.req, m) for r in running], [r.req for r in self.waiting], last)
         self.steps += m
         self.batches += 1
         self.decode_tokens += D * m
-        self._events_until(now + dt)
+        self._events_until(now + span(m))
         finished = []
         for r in running:
             c = r.c
@@ -608,6 +626,7 @@ class Engine:
         req.kv_blocks = 0
         self.running.remove(r)
         self.waiting.insert(0, r)
+        self.waiting_version += 1
         self.waiting_tokens += req.prompt_tokens + req.output_tokens
         self.preemptions += 1
         self.pol.on_preempted(req, self.now)
@@ -695,6 +714,7 @@ class Engine:
         r.enqueued_s = self.now
         self.waiting_tokens += r.req.prompt_tokens + r.req.output_tokens
         self.waiting.append(r)
+        self.waiting_version += 1
 
     def _submit_turn(self, s: SimSession) -> None:
         now, k, tr = self.now, s.k, s.trace
@@ -706,7 +726,8 @@ class Engine:
             prev = tr.turns[k - 1]
             shared = tr.shared_prefix(k)
             valid = shared // self.bs
-            evict_hi = min(shared, prev.input_tokens + prev.output_tokens - 1)
+            # what a warm cache serves: whole blocks of the shared context the last turn computed
+            evict_hi = min(shared, prev.input_tokens + prev.output_tokens - 1) // self.bs * self.bs
         r = SimRequest(req, s, turn.output_tokens, valid, evict_hi)
         self.by_req[req] = r
         req.cached_tokens = self._lookup(r)[0] * self.bs

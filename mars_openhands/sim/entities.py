@@ -12,7 +12,7 @@ from mars_openhands.workload.trace import SessionTrace
 
 class SimSession:
     __slots__ = ("trace", "sid", "k", "sys_blocks", "sys_chain", "segments", "parked", "finish_s",
-                 "ideal_s", "turns_done")
+                 "ideal_s", "turns_done", "recomputed")
 
     def __init__(self, trace: SessionTrace, sys_blocks: int, sys_chain: Chain | None) -> None:
         self.trace = trace
@@ -26,6 +26,7 @@ class SimSession:
         self.finish_s: float | None = None
         self.ideal_s = 0.0
         self.turns_done = 0
+        self.recomputed = 0                 # prefill tokens this session computed again
 
 
 class SimRequest:
