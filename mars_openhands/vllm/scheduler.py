@@ -32,7 +32,7 @@ from __future__ import annotations
 import os
 import time
 from collections import Counter, deque
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from vllm.v1.core.kv_cache_utils import KVCacheBlock
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
@@ -75,6 +75,9 @@ class MarsSchedulerMixin:
     """Policy-driven behaviour shared by the `Scheduler` and `AsyncScheduler` variants."""
 
     POLICY: str = ""
+    #: The policy's clock: wall time, the base of event timestamps (`Event.t`). Tests drive it.
+    clock: Callable[[], float] = staticmethod(time.time)
+    idle_nap_s: float = PARKED_IDLE_S
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -101,7 +104,7 @@ class MarsSchedulerMixin:
         if request.request_id in self.requests:          # streaming-input continuation
             super().add_request(request)
             return
-        now = time.time()
+        now = self.clock()
         creq = CoreRequest(request.request_id, session_of(request), now,
                            request.num_prompt_tokens, turn_index=turn_index_of(request),
                            cached_tokens=self._expected_hit(request))
@@ -197,7 +200,7 @@ class MarsSchedulerMixin:
     # ---- one step -------------------------------------------------------------------------------
 
     def schedule(self, *args: Any, **kwargs: Any) -> SchedulerOutput:
-        now = time.time()
+        now = self.clock()
         self._sync_kv_state()
         for pin in self.policy.expired_pins(now):
             self._unpin(pin, "pins_expired")
@@ -214,7 +217,7 @@ class MarsSchedulerMixin:
                 self.running.chooser = None
         self._after_step(out, now)
         if (self._num_parked or self._overflow) and not self.running and not self.waiting:
-            time.sleep(PARKED_IDLE_S)
+            time.sleep(self.idle_nap_s)
         return out
 
     def _sync_kv_state(self) -> None:
@@ -300,7 +303,7 @@ class MarsSchedulerMixin:
         victim_c = self.policy.choose_victim(candidates)
         victim = self.requests[victim_c.request_id]
         list.remove(running, victim)
-        self.policy.on_preempted(victim_c, time.time())
+        self.policy.on_preempted(victim_c, self.clock())
         self.mars_counters["preemptions"] += 1
         return victim
 
@@ -347,7 +350,7 @@ class MarsSchedulerMixin:
             self._unpin(pin, "pins_resumed")
         if c is None:
             return
-        now = time.time()
+        now = self.clock()
         self._sync(c, request)
         blocks = [] if aborted else self._pinnable_blocks(rid)
         decision = self.policy.on_request_finished(c, len(blocks), now)
