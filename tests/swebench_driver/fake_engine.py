@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 
 class FakeEngine:
-    def __init__(self, model: str = "fake-model", fail_chat: bool = False):
+    def __init__(self, model: str = "fake-model", fail_chat: bool = False, delay_s: float = 0.0):
         self.model = model
         self.fail_chat = fail_chat
+        self.delay_s = delay_s
         self.chats: list[tuple[dict[str, str], dict[str, Any]]] = []
         self.events: list[dict[str, Any]] = []
         self.lock = threading.Lock()
@@ -66,6 +68,7 @@ class FakeEngine:
                 elif self.path == "/v1/chat/completions":
                     with engine.lock:
                         engine.chats.append((dict(self.headers), body))
+                    time.sleep(engine.delay_s)
                     if engine.fail_chat:
                         self._reply(500, {"error": "boom"})
                         return
@@ -83,3 +86,16 @@ class FakeEngine:
                     self._reply(404, {})
 
         return H
+
+
+def main() -> None:
+    """Serve a fake engine in its own process: prints its URL, runs until killed."""
+    import sys
+
+    engine = FakeEngine(delay_s=float(sys.argv[1]) if len(sys.argv) > 1 else 0.0)
+    print(engine.url, flush=True)
+    engine.thread.join()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,113 @@
+"""End to end across real process boundaries: the driver CLI, real OpenHands agents and tools,
+a real engine (or its HTTP double), SIGINT, resume, and nothing left running afterwards."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.agent, pytest.mark.slow]
+TASKS = ["marsbench__semverlite-41", "marsbench__ttlcache-8", "marsbench__inireader-17"]
+
+
+def _ours(tmpdir: Path) -> list[str]:
+    """Processes still alive that were started with TMPDIR=tmpdir (tmux servers, tools, engine)."""
+    out = []
+    needle = f"TMPDIR={tmpdir}".encode()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if needle in (proc / "environ").read_bytes().split(b"\0"):
+                out.append((proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"))
+        except OSError:
+            continue
+    return out
+
+
+def _records(run_dir: Path) -> list[dict]:
+    path = run_dir / "output.jsonl"
+    return [json.loads(l) for l in path.read_text().splitlines() if l.strip()] if path.is_file() else []
+
+
+def _env(tmpdir: Path) -> dict[str, str]:
+    tmpdir.mkdir(exist_ok=True)
+    return dict(os.environ, TMPDIR=str(tmpdir), HOME=str(tmpdir), OPENHANDS_SUPPRESS_BANNER="1",
+                LITELLM_LOCAL_MODEL_COST_MAP="True", HF_HUB_OFFLINE="1")
+
+
+def _driver(args: list[str], env: dict[str, str]) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "evaluation.swebench.run", "--mode", "offline", *args],
+                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+@pytest.fixture
+def slow_engine():
+    """The engine double in its own process, each chat answered after 1.5 s."""
+    proc = subprocess.Popen([sys.executable, "-m", "tests.swebench_driver.fake_engine", "1.5"], cwd=REPO,
+                            stdout=subprocess.PIPE, text=True)
+    url = proc.stdout.readline().strip()
+    yield url
+    proc.kill()
+    proc.wait()
+
+
+def test_ctrl_c_stops_everything_and_a_rerun_resumes(tmp_path, slow_engine):
+    run_dir, tmpdir = tmp_path / "run", tmp_path / "tmp"
+    env = _env(tmpdir)
+    args = ["--engine-url", slow_engine, "--instances", ",".join(TASKS), "--workers", "2",
+            "--output-dir", str(run_dir), "--no-progress"]
+    proc = _driver(args, env)
+    deadline = time.time() + 300
+    while not _records(run_dir) and time.time() < deadline:  # one task done, the next ones in flight
+        time.sleep(0.5)
+    assert _records(run_dir), "no task finished in time"
+    time.sleep(3)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130, out
+    assert "interrupted" in out
+    time.sleep(1)
+    assert _ours(tmpdir) == []  # no agent, tool process or tmux server survived
+    first = {r["instance_id"]: r for r in _records(run_dir)}
+    done = {i for i, r in first.items() if not r["error"]}
+    assert done and len(done) < len(TASKS)
+
+    proc = _driver(args, env)
+    out, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, out
+    assert f"{len(done)} already finished" in out
+    final = {r["instance_id"]: r for r in _records(run_dir)}
+    assert sorted(final) == sorted(TASKS) and all(not r["error"] for r in final.values())
+    assert all(r["report"]["resolved"] for r in final.values())
+    assert {i: final[i]["timings"] for i in done} == {i: first[i]["timings"] for i in done}  # not re-run
+    assert _ours(tmpdir) == []
+
+
+@pytest.mark.skipif(not (REPO / ".venv" / "bin" / "python").exists() or not (REPO / "models" / "tiny" / "config.json").is_file(),
+                    reason="needs the engine environment and models/tiny (make setup-engine model)")
+def test_offline_run_on_the_real_engine(tmp_path):
+    run_dir, tmpdir = tmp_path / "run", tmp_path / "tmp"
+    env = _env(tmpdir)
+    proc = _driver(["--policy", "mars", "--model", str(REPO / "models" / "tiny"), "--instances", TASKS[0],
+                    "--workers", "1", "--output-dir", str(run_dir), "--no-progress"], env)
+    out, _ = proc.communicate(timeout=1500)
+    assert proc.returncode == 0, out
+    (rec,) = _records(run_dir)
+    assert rec["error"] is None and rec["status"] == "finished" and rec["report"]["resolved"]
+    turns = rec["engine_turns"]
+    assert len(turns) >= 8 and all(t["session_id"] == rec["conversation_id"] for t in turns)
+    assert all(b["prompt_tokens"] > a["prompt_tokens"] for a, b in zip(turns, turns[1:]))  # the context grows
+    assert sum(t["cached_tokens"] for t in turns[1:]) > 0.5 * sum(t["prompt_tokens"] for t in turns[:-1])
+    stats = json.loads((run_dir / "engine_stats.json").read_text())
+    assert stats["policy"] == "mars" and stats["counters"]["pins_created"] >= 1
+    pred = json.loads((run_dir / "predictions.jsonl").read_text())
+    assert pred["model_patch"] == rec["test_result"]["git_patch"] and pred["model_patch"].startswith("diff --git")
+    assert _ours(tmpdir) == []  # engine, tools and tmux all gone
