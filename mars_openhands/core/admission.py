@@ -15,6 +15,7 @@ MARS paper / preview defaults (policies.md B); all are `AimdConfig` fields.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Sequence
@@ -28,8 +29,9 @@ from mars_openhands.core.strategies import Admission
 class AimdConfig:
     interval_s: float = 0.2
     w_min: int = 4
-    w_init: int = 30
-    w_max: int = 30
+    #: None: sized from the tool plane (see `sized`); the preview's 30 / 30 fit its 20-core host.
+    w_init: int | None = None
+    w_max: int | None = None
     increase: int = 1
     decrease: float = 0.7
     cpu_backlog_high: float = 2.0
@@ -41,9 +43,21 @@ class AimdConfig:
     long_prefill_tokens: int = 50_000
     max_long_inflight: int = 2
 
+    def sized(self, tool_workers: int) -> "AimdConfig":
+        """Fill an unset W_max with cpu_cap = ceil(workers x (low + high) / 2) and W_init with W_max.
+
+        A W_max below cpu_cap would cap the admitted sessions below what the tool plane sustains,
+        leaving the GPU idle while sessions wait outside (the preview's fixed 30 does exactly that
+        on a host with 64 tool workers); above it, cpu_cap binds anyway.
+        """
+        cap = math.ceil(max(1, tool_workers) * (self.cpu_backlog_low + self.cpu_backlog_high) / 2.0)
+        w_max = self.w_max if self.w_max is not None else max(self.w_min, cap, self.w_init or 0)
+        return dataclasses.replace(self, w_max=w_max, w_init=self.w_init if self.w_init is not None else w_max)
+
     def __post_init__(self) -> None:
         checks = [
-            ("w_min <= w_init <= w_max", 1 <= self.w_min <= self.w_init <= self.w_max),
+            ("w_min <= w_init <= w_max", 1 <= self.w_min <= (self.w_init or self.w_min)
+             <= (self.w_max or self.w_init or self.w_min)),
             ("0 < decrease < 1", 0.0 < self.decrease < 1.0),
             ("increase >= 1", self.increase >= 1),
             ("interval_s > 0", self.interval_s > 0),
@@ -169,7 +183,9 @@ class LoadBalancer:
 class AimdAdmission(Admission):
     """MARS session admission: AIMD window with CPU/KV hysteresis + `LoadBalancer` ordering."""
 
-    def __init__(self, config: AimdConfig = AimdConfig(), balancer: LoadBalancer | None = None) -> None:
+    def __init__(self, config: AimdConfig, balancer: LoadBalancer | None = None) -> None:
+        if config.w_max is None or config.w_init is None:
+            raise ValueError("AimdAdmission: size the window first (AimdConfig.sized(tool_workers))")
         self.config = config
         self.interval_s = config.interval_s
         self.balancer = balancer or LoadBalancer(config)

@@ -41,8 +41,9 @@ class MlfqConfig:
     quanta: tuple[int, ...] = LEVEL_QUANTA
     aging_s: float = 30.0
     #: Internal active window: the engine keeps at most this many requests (running + waiting)
-    #: and parks the rest in an FCFS overflow queue (preview: `_mars_active_window_size`).
-    max_active: int | None = 30
+    #: and parks the rest in an FCFS overflow queue (preview: `_mars_active_window_size`, 30).
+    #: None: as large as the admission window's W_max (one call per admitted session).
+    max_active: int | None = None
 
     def __post_init__(self) -> None:
         if len(self.quanta) != len(self.level_bounds) + 1 or min(self.quanta) <= 0:

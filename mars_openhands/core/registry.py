@@ -125,14 +125,16 @@ def _continuum_dy(shape: EngineShape, cfg: PolicyConfig) -> Policy:
 def _mars(name: str, *, priority: bool = True, admission: bool = True, retention: bool = True,
           chunk_shrink: bool = True) -> Callable[[EngineShape, PolicyConfig], Policy]:
     def build(shape: EngineShape, cfg: PolicyConfig) -> Policy:
+        aimd = cfg.aimd.sized(shape.tool_workers)
         if priority:
-            mlfq = MlfqOrdering(cfg.mlfq)
+            window = cfg.mlfq.max_active if cfg.mlfq.max_active is not None else aimd.w_max
+            mlfq = MlfqOrdering(dataclasses.replace(cfg.mlfq, max_active=window))
             ordering, victim = mlfq, LevelBlocksArrivalVictim(mlfq.base_level, spare_decode=True)
         else:
             ordering, victim = FcfsOrdering(), NewestVictim()
         return _policy(name, shape, cfg, ordering, HalvingShrink() if chunk_shrink else NoShrink(),
                        victim, PricedRetention(cfg.priced) if retention else NoRetention(),
-                       AimdAdmission(cfg.aimd) if admission else None)
+                       AimdAdmission(aimd) if admission else None)
     return build
 
 

@@ -3,11 +3,14 @@ from __future__ import annotations
 
 import pytest
 
-from mars_openhands.core import EngineShape, Request, Session, build_policy
+from mars_openhands.core import EngineShape, PolicyConfig, Request, Session, build_policy
 from mars_openhands.core.admission import AimdAdmission, AimdConfig, LoadBalancer, Pressure
 from mars_openhands.core.context import PolicyContext
 from mars_openhands.core.model import CpuState, KVState
 from mars_openhands.events import CpuTelemetry, EngineTelemetry
+
+
+PREVIEW = AimdConfig(w_init=30, w_max=30)     # the MARS preview's window
 
 
 def ctx_with(workers: int = 8, in_flight: int = 0, wait: float = 0.0, total: int = 10_000,
@@ -17,7 +20,7 @@ def ctx_with(workers: int = 8, in_flight: int = 0, wait: float = 0.0, total: int
 
 
 def test_window_decreases_by_0_7_under_cpu_overload_until_w_min():
-    a, ctx = AimdAdmission(), ctx_with(workers=8, in_flight=16)      # backlog 2.0 -> overloaded
+    a, ctx = AimdAdmission(PREVIEW), ctx_with(workers=8, in_flight=16)      # backlog 2.0 -> overloaded
     windows = []
     for _ in range(7):
         a.tick(ctx)
@@ -27,7 +30,7 @@ def test_window_decreases_by_0_7_under_cpu_overload_until_w_min():
 
 
 def test_cpu_overload_hysteresis_enter_2_leave_1_and_wait_thresholds():
-    a, ctx = AimdAdmission(), ctx_with(workers=10, in_flight=19)     # 1.9: not yet
+    a, ctx = AimdAdmission(PREVIEW), ctx_with(workers=10, in_flight=19)     # 1.9: not yet
     a.tick(ctx)
     assert not a.pressure.cpu_overloaded and a.window == 30
     ctx.cpu.tools_in_flight = 20
@@ -48,7 +51,7 @@ def test_cpu_overload_hysteresis_enter_2_leave_1_and_wait_thresholds():
 
 
 def test_window_grows_by_one_only_when_cpu_healthy_kv_low_and_blocks_spare():
-    a, ctx = AimdAdmission(AimdConfig(w_init=10)), ctx_with()
+    a, ctx = AimdAdmission(AimdConfig(w_init=10, w_max=30)), ctx_with()
     a.tick(ctx)
     assert a.window == 11
     ctx.cpu.tools_in_flight = 12                                     # backlog 1.5: not healthy
@@ -65,7 +68,7 @@ def test_window_grows_by_one_only_when_cpu_healthy_kv_low_and_blocks_spare():
 
 
 def test_kv_overload_hysteresis_enter_0_9_leave_0_85():
-    a, ctx = AimdAdmission(), ctx_with(free=1000)                    # usage 0.9
+    a, ctx = AimdAdmission(PREVIEW), ctx_with(free=1000)                    # usage 0.9
     a.tick(ctx)
     assert a.pressure.kv_overloaded and a.window == 21
     ctx.kv.free_blocks = 1400                                        # 0.86: still overloaded
@@ -80,7 +83,7 @@ def test_kv_overload_hysteresis_enter_0_9_leave_0_85():
 
 
 def test_caps_cpu_from_workers_and_kv_linear_between_0_85_and_0_9():
-    a = AimdAdmission()
+    a = AimdAdmission(PREVIEW)
     a.tick(ctx_with(workers=4))
     assert a.cpu_cap == 6 and a.limit == 6                           # ceil(4 x 1.5)
     a.tick(ctx_with(workers=3))
@@ -99,6 +102,17 @@ def test_parameters_are_constructor_arguments_and_validated():
         AimdConfig(w_min=5, w_init=3)
     with pytest.raises(ValueError, match="decrease"):
         AimdConfig(decrease=1.5)
+
+
+def test_unset_window_is_sized_from_the_tool_plane():
+    assert AimdConfig().sized(64) == AimdConfig(w_init=96, w_max=96)          # ceil(64 x 1.5)
+    assert AimdConfig().sized(2).w_max == 4                                    # never below W_min
+    assert AimdConfig(w_init=10).sized(64) == AimdConfig(w_init=10, w_max=96)
+    assert AimdConfig(w_max=8, w_init=8).sized(64).w_max == 8                  # explicit wins
+    with pytest.raises(ValueError, match="size the window"):
+        AimdAdmission(AimdConfig())
+    policy = build_policy("mars", EngineShape(1000, 16, 64))
+    assert policy.admission.config.w_max == 96 and policy.max_active == 96
 
 
 # ---- load balancer -------------------------------------------------------------------------
@@ -176,7 +190,8 @@ def test_long_session_is_held_back_while_a_short_one_has_waited_long_enough():
 # ---- through the Policy facade -------------------------------------------------------------
 
 def test_policy_parks_sessions_and_admits_within_the_window_every_0_2_s():
-    p = build_policy("mars", EngineShape(total_blocks=10_000, block_size=16, tool_workers=2))
+    preview = PolicyConfig().with_overrides({"aimd.w_max": 30, "aimd.w_init": 30})
+    p = build_policy("mars", EngineShape(total_blocks=10_000, block_size=16, tool_workers=2), preview)
     backlog = []
     for i in range(6):
         req = Request(f"r{i}", f"s{i}", 0.0, 1000)

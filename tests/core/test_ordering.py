@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mars_openhands.core import EngineShape, PinOffer, Request, build_policy
+from mars_openhands.core import EngineShape, PinOffer, PolicyConfig, Request, build_policy
 from mars_openhands.core.ordering import (LEVEL_QUANTA, MlfqConfig, MlfqOrdering, PlasOrdering,
                                           size_level)
 
@@ -140,7 +140,9 @@ def test_mlfq_key_orders_level_then_least_recently_served_then_arrival():
 
 
 def test_mlfq_active_window_is_exposed_to_engines():
-    assert build_policy("mars", SHAPE).max_active == 30
+    assert build_policy("mars", SHAPE).max_active == 6           # the admission window: ceil(4 x 1.5)
+    preview = PolicyConfig().with_overrides({"aimd.w_max": 30, "aimd.w_init": 30})
+    assert build_policy("mars", SHAPE, preview).max_active == 30
     assert build_policy("fcfs", SHAPE).max_active is None
     assert MlfqOrdering(MlfqConfig(max_active=12)).max_active == 12
     with pytest.raises(ValueError, match="quanta"):
