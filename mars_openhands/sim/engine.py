@@ -36,8 +36,8 @@ from typing import Callable
 
 from mars_openhands.core.model import Request
 from mars_openhands.core.policy import Policy
-from mars_openhands.events import (CpuTelemetry, EngineTelemetry, Event, PrefillStarted, SessionEnded,
-                                   ToolFinished, ToolStarted, TurnFinished, TurnSubmitted)
+from mars_openhands.events import (CpuTelemetry, Event, PrefillStarted, SessionEnded, ToolFinished,
+                                   ToolStarted, TurnFinished, TurnSubmitted)
 from mars_openhands.sim.entities import EnginePin, SimRequest, SimSession
 from mars_openhands.sim.kv import INF, BlockPool, Chain, KVError
 from mars_openhands.sim.profiles import Profile
@@ -94,6 +94,8 @@ class Engine:
         #: free blocks and the same waiting set it still fails (see REORDER_S for reordering).
         self._blocked: tuple[int, int, float] | None = None
         self.waiting_version = 0
+        self._wreqs: list[Request] = []
+        self._wreqs_version = -1
         self.sessions = [self._new_session(t) for t in sessions]
         # counters
         self.done = 0
@@ -207,9 +209,12 @@ class Engine:
             self._admit()
         if self.overflow:
             self._fill_active()
-        self._emit(EngineTelemetry(now, pool.free, pool.total,
-                                   min(pol.ctx.pins.total_blocks, pool.total - pool.free),
-                                   -(-self.waiting_tokens // bs), self.prefill_start_latency))
+        # GPU-plane telemetry straight into the policy's view, as the vLLM adapter does every step
+        kv = pol.ctx.kv
+        kv.free_blocks = pool.free
+        kv.pinned_blocks = pol.ctx.pins.total_blocks
+        kv.waiting_demand_blocks = -(-self.waiting_tokens // bs)
+        kv.prefill_start_latency_s = self.prefill_start_latency
         running = self.running
         if not running and not self.waiting:
             return False
@@ -272,13 +277,28 @@ class Engine:
     def _schedule_running(self, budget: int, sched: dict, gone: set) -> int:
         pol, pool, bs, by_req = self.pol, self.pool, self.bs, self.by_req
         ordered = [by_req[q] for q in pol.order([r.req for r in self.running], self.now)]
+        take = pool.take
         for i, r in enumerate(ordered):
             if budget <= 0:
                 break
-            if r in gone:
+            if gone and r in gone:
                 continue
             req = r.req
-            n = n0 = self._tokens(r, budget)
+            c, pt = r.c, req.prompt_tokens
+            if c >= pt and c == pt + req.output_tokens - 1:      # decode: one token, maybe a block
+                if req.kv_blocks * bs > c:
+                    sched[r] = 1
+                    budget -= 1
+                    continue
+                if pool.free:
+                    take(1)
+                    req.kv_blocks += 1
+                    sched[r] = 1
+                    budget -= 1
+                    continue
+                n = n0 = 1
+            else:
+                n = n0 = self._tokens(r, budget)
             while n > 0:
                 need = -(-(r.c + n) // bs) - req.kv_blocks
                 if need <= pool.free:
@@ -325,6 +345,7 @@ class Engine:
         if admitted:
             gone = set(admitted)
             self.waiting = [r for r in waiting if r not in gone]
+            self.waiting_version += 1
             for r in admitted:              # its lookup is done: the request holds the blocks now
                 if r.resume_pin is not None:
                     ep, r.resume_pin = r.resume_pin, None
@@ -362,32 +383,29 @@ class Engine:
         return n
 
     def _run_batch(self, sched: dict) -> None:
+        """Run one step. Computed-token counters advance when the step is scheduled (as vLLM's
+        `_update_after_schedule` does, before the policy's `on_step`); sampled tokens and finished
+        calls appear when it ends."""
         p, bs, pol = self.p, self.bs, self.pol
         P = D = C = 0
         A = 0.0
-        for r, n in sched.items():
-            c = r.c
-            if n == 1 and c >= r.req.prompt_tokens and c == r.req.prompt_tokens + r.req.output_tokens - 1:
-                D += 1
-                C += c + 1
-            else:
-                P += n
-                A += n * (c + n * 0.5)
-        dt = p.step_s(P, A, D, C)
-        now = self.now
-        pol.on_step([(r.req, n) for r, n in sched.items()], [r.req for r in self.waiting], now)
-        if P:
-            pol.observe_prefill(P, dt)
-        self.steps += 1
-        self.batches += 1
-        self.prefill_tokens += P
-        self.decode_tokens += D
-        self._events_until(now + dt)
-        finished = []
+        sampled = []
         for r, n in sched.items():
             req = r.req
             c = r.c
             end = c + n
+            pt = req.prompt_tokens
+            if n == 1 and c >= pt and c >= r.done_hi:     # decode: the common case, kept short
+                D += 1
+                C += end
+                r.c = r.done_hi = end
+                if end % bs == 0:
+                    self._extend(r, c // bs, end // bs)
+                if end == pt + req.output_tokens:
+                    sampled.append(r)
+                continue
+            P += n
+            A += n * (c + n * 0.5)
             hi = r.done_hi
             if c < hi:
                 k = (end if end < hi else hi) - c
@@ -401,14 +419,28 @@ class Engine:
             if end > hi:
                 r.done_hi = end
             r.c = end
-            req.computed_tokens = end if end < req.prompt_tokens else req.prompt_tokens
+            req.computed_tokens = end if end < pt else pt
             f_old, f_new = c // bs, end // bs
             if f_new > f_old:
                 self._extend(r, f_old, f_new)
-            if end == req.prompt_tokens + req.output_tokens:
-                req.output_tokens += 1
-                if req.output_tokens >= r.target:
-                    finished.append(r)
+            if end == pt + req.output_tokens:
+                sampled.append(r)
+        dt = p.step_s(P, A, D, C)
+        now = self.now
+        pol.on_step([(r.req, n) for r, n in sched.items()], self._waiting_reqs(), now)
+        if P:
+            pol.observe_prefill(P, dt)
+        self.steps += 1
+        self.batches += 1
+        self.prefill_tokens += P
+        self.decode_tokens += D
+        self._events_until(now + dt)
+        finished = []
+        for r in sampled:
+            req = r.req
+            req.output_tokens += 1
+            if req.output_tokens >= r.target:
+                finished.append(r)
         self._finish_all(finished)
 
     # ---- decode fast-forward --------------------------------------------------------------------
@@ -468,28 +500,36 @@ class Engine:
                 pool.take(need)
                 r.req.kv_blocks += need
         now = self.now
+        for r in running:                   # m steps scheduled, m - 1 of them already sampled
+            c = r.c
+            end = c + m
+            r.c = r.done_hi = end
+            f_old, f_new = c // bs, end // bs
+            if f_new > f_old:
+                self._extend(r, f_old, f_new)
+            r.req.output_tokens += m - 1
         # The policy hears of the run when its last step is scheduled (every event falls in that
         # step): the m-1 steps before it are past, so nothing about where the run ends leaks.
         last = now + span(m - 1)
         self._advance(last)
-        self.pol.on_step([(r.req, m) for r in running], [r.req for r in self.waiting], last)
+        self.pol.on_step([(r.req, m) for r in running], self._waiting_reqs(), last)
         self.steps += m
         self.batches += 1
         self.decode_tokens += D * m
         self._events_until(now + span(m))
         finished = []
         for r in running:
-            c = r.c
-            end = c + m
-            r.c = end
-            r.done_hi = end
-            f_old, f_new = c // bs, end // bs
-            if f_new > f_old:
-                self._extend(r, f_old, f_new)
-            r.req.output_tokens += m
+            r.req.output_tokens += 1
             if r.req.output_tokens >= r.target:
                 finished.append(r)
         self._finish_all(finished)
+
+    def _waiting_reqs(self) -> list[Request]:
+        """The waiting calls as the policy sees them (rebuilt only when the queue changed)."""
+        if self._wreqs_version != self.waiting_version:
+            self._wreqs = [r.req for r in self.waiting]
+            self._wreqs_version = self.waiting_version
+        return self._wreqs
 
     def _finish_all(self, finished: list[SimRequest]) -> None:
         if finished:

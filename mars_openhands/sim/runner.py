@@ -1,6 +1,7 @@
 """`run_simulation`: one policy on one trace -> `RunResult`, and each session's ideal latency."""
 from __future__ import annotations
 
+import gc
 from typing import Callable, Sequence
 
 from mars_openhands.core.registry import EngineShape, build_policy
@@ -62,7 +63,15 @@ def run_simulation(sessions: Sequence[SessionTrace], profile: Profile | str, pol
     policy = build_policy(policy_name, EngineShape(blocks, prof.block_size, workers))
     engine = Engine(ordered, prof, policy, tool_workers=workers, kv_blocks=blocks, progress=progress,
                     on_event=on_event, check=check)
-    engine.run()
+    # The engine allocates millions of short-lived objects and builds no garbage cycles worth
+    # collecting mid-run; the cyclic collector's passes cost ~10% of the run time.
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        engine.run()
+    finally:
+        if gc_was_enabled:
+            gc.enable()
     results = [SessionResult(s.sid, s.trace.arrival_s, s.finish_s, ideal_latency(s.trace, prof),
                              len(s.trace.turns)) for s in engine.sessions]
     return RunResult(policy=policy_name, sessions=results,
