@@ -120,11 +120,16 @@ class ProbePlan:
     reps: int = 1
 
     @classmethod
-    def cover(cls, block_size: int, max_new: int, max_ctx: int, max_output: int, reps: int = 1) -> "ProbePlan":
-        """Sizes up to the replay's largest (capped: the fit extrapolates, probes stay short)."""
-        return cls(_grid(min(max_new, MAX_PROBE_NEW), block_size, 3),
-                   [0] + _grid(min(max_ctx, MAX_PROBE_CTX), block_size, 2),
-                   max(4, min(32, max_output)), block_size, reps)
+    def cover(cls, block_size: int, max_new: int, max_ctx: int, max_output: int, max_len: int,
+              reps: int = 1) -> "ProbePlan":
+        """Sizes up to the replay's largest (capped: the fit extrapolates, probes stay short), every
+        probe within `max_len` (the engine's max model length)."""
+        decode_len = max(4, min(32, max_output))
+        new = min(max_new, MAX_PROBE_NEW, max(block_size, max_len // 2))
+        ctx = min(max_ctx, MAX_PROBE_CTX, max_len - max(new, block_size) - decode_len - 1)
+        if ctx < block_size:
+            raise ValueError(f"calibration: max model length {max_len} leaves no room for probes")
+        return cls(_grid(new, block_size, 3), [0] + _grid(ctx, block_size, 2), decode_len, block_size, reps)
 
     @property
     def count(self) -> int:

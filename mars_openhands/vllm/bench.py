@@ -92,11 +92,21 @@ def _model_max_len(model: Path) -> int | None:
         return None
 
 
+def _flag_value(args: list[str], flag: str) -> str | None:
+    """The value of `flag` in a vLLM argument list (`--f V` or `--f=V`), None if absent."""
+    for i, a in enumerate(args):
+        if a == flag and i + 1 < len(args):
+            return args[i + 1]
+        if a.startswith(flag + "="):
+            return a.split("=", 1)[1]
+    return None
+
+
 def _vllm_flags(args: argparse.Namespace, extra: list[str], needed_len: int) -> list[str]:
     flags = list(extra) + ["--tool-workers", str(args.tool_workers)]   # the CPU plane the policy assumes
     if args.kv_cache_memory_bytes:
         flags += ["--kv-cache-memory-bytes", str(args.kv_cache_memory_bytes)]
-    if "--max-model-len" not in flags:
+    if _flag_value(flags, "--max-model-len") is None:
         flags += ["--max-model-len", str(needed_len)]   # a scarce KV cache must only hold the longest turn
     if "--enable-prompt-tokens-details" not in flags:
         flags.append("--enable-prompt-tokens-details")  # per-request prefix-cache hits in `usage`
@@ -119,24 +129,18 @@ def run_result(policy: str, sessions: list, outcome: Any, costs: Any, shapes: di
     """A measured `RunResult`: E2E from the replay, ideal from the fitted costs, counters from the engine."""
     from mars_openhands.results import RunResult, SessionResult
 
+    from mars_openhands.replay.accounting import account
+
     results = []
-    missed = 0
-    hits = 0
-    have_cached = True
     for s, rec in zip(sessions, outcome.sessions):
         tools = sum(t.tool.duration_s * tool_scale for t in s.turns if t.tool is not None)
         results.append(SessionResult(s.session_id, s.arrival_s, rec.finish_s,
                                      costs.session_ideal_s(shapes[s.session_id], tools), len(s.turns)))
-        for tr in rec.turns:
-            if tr.cached_tokens is None:
-                have_cached = False
-                continue
-            hits += tr.cached_tokens
-            missed += max(0, costs.warm_hit(tr.shape) - tr.cached_tokens)
-    if not have_cached:     # no per-request usage details: fall back to the engine's counters
+    cache = account(sessions, outcome.sessions, costs)
+    hits, missed = cache.hit_tokens, cache.missed_tokens
+    if not cache.complete:     # no per-request usage details: fall back to the engine's counters
         hits = int(_counter(after, "vllm:prefix_cache_hits") - _counter(before, "vllm:prefix_cache_hits"))
-        warm = sum(costs.warm_hit(tr.shape) for rec in outcome.sessions for tr in rec.turns)
-        missed = max(0, warm - hits)
+        missed = max(0, cache.expected_tokens - hits)
     preempt_recompute = _stat(stats, "counters.recomputed_prefill_tokens", "recomputed_prefill_tokens",
                               "preemption_recompute_tokens") or 0
     pinned_bs = _stat(stats, "pins.pinned_block_seconds", "pinned_block_seconds", "counters.pinned_block_seconds")
@@ -195,7 +199,8 @@ async def _calibrate(server: Any, space: Any, args: argparse.Namespace, state: d
         plan = ProbePlan.cover(state["engine"]["block_size"],
                                max_new=max(sh.prompt_tokens - sh.reusable_tokens for sh in shapes),
                                max_ctx=max(sh.reusable_tokens for sh in shapes),
-                               max_output=max(sh.output_tokens for sh in shapes), reps=args.calibration_reps)
+                               max_output=max(sh.output_tokens for sh in shapes), max_len=state["max_len"],
+                               reps=args.calibration_reps)
         bar.total += plan.count
         return await calibrate(engine, space, plan, progress=lambda: bar.update(1))
     finally:
@@ -293,7 +298,13 @@ def bench(args: argparse.Namespace, vllm_extra: list[str]) -> int:
         raise BenchError(f"--out: cannot create {out}: {e.strerror or e}") from None
     write_trace(out / "trace.jsonl", sessions)
     flags = _vllm_flags(args, vllm_extra, -(-longest // 128) * 128)
-    state: dict[str, Any] = {"shapes": shapes}
+    try:
+        max_len = int(_flag_value(flags, "--max-model-len"))
+    except ValueError:
+        raise BenchError(f"--max-model-len: expected an integer, got {_flag_value(flags, '--max-model-len')!r}") from None
+    if max_len < longest:
+        raise BenchError(f"--max-model-len {max_len}: the longest turn needs {longest} tokens")
+    state: dict[str, Any] = {"shapes": shapes, "max_len": max_len}
     runs: dict[str, PolicyRun] = {}
     turns = sum(len(s.turns) for s in sessions)
     with tqdm(total=turns * len(names), desc="bench-engine", unit="turn", file=sys.stderr,

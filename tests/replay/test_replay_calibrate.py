@@ -52,7 +52,7 @@ def test_ideal_turn_and_session():
 
 
 def test_calibrate_runs_the_planned_probes_against_an_engine(fake_engine):
-    plan = ProbePlan.cover(block_size=16, max_new=64, max_ctx=64, max_output=8, reps=1)
+    plan = ProbePlan.cover(block_size=16, max_new=64, max_ctx=64, max_output=8, max_len=4096, reps=1)
     ticks = []
 
     async def main():
@@ -69,3 +69,16 @@ def test_calibrate_runs_the_planned_probes_against_an_engine(fake_engine):
     ended = [e for e in fake_engine.events if e["type"] == "session_ended"]
     assert ended and all(e["reason"] == "calibration" for e in ended)
     assert s.fit(16).decode_step_at(1, 10) > 0
+
+
+@pytest.mark.parametrize("max_len", [512, 1408, 40000])
+def test_probe_plan_stays_within_the_model_length(max_len):
+    plan = ProbePlan.cover(128, max_new=3000, max_ctx=30000, max_output=400, max_len=max_len)
+    longest = max(plan.ctx_sizes) + max(max(plan.new_sizes), 128 + plan.decode_len)
+    assert longest < max_len
+    assert max(plan.new_sizes) <= 2048 and max(plan.ctx_sizes) <= 8192 and plan.decode_len == 32
+
+
+def test_probe_plan_refuses_a_model_length_without_room():
+    with pytest.raises(ValueError, match="no room"):
+        ProbePlan.cover(128, max_new=100, max_ctx=100, max_output=10, max_len=200)

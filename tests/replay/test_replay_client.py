@@ -68,7 +68,7 @@ def test_replay_posts_tool_and_session_events_with_measured_times(fake_engine):
     started = [e for e in events if type(e).__name__ == "ToolStarted"]
     assert all(e.expected_duration_s is None for e in started)      # no clairvoyance
     fin = {e.call_id: e for e in events if type(e).__name__ == "ToolFinished"}
-    assert 0.3 <= fin["a/0"].duration_s < 0.6 and fin["a/0"].command == "pytest -q"
+    assert 0.3 <= fin["a/0"].duration_s < 1.0 and fin["a/0"].command == "pytest -q"
     rec = out.sessions[0].turns[0]
     assert rec.tool_run_s == pytest.approx(fin["a/0"].duration_s)
     # SessionEnded comes after the session's last tool event
@@ -109,7 +109,7 @@ def test_token_scale_and_tool_time_scale(fake_engine):
     out = _replay(fake_engine.url, _sessions()[:1], token_scale=0.5, tool_time_scale=0.5)
     lens = [len(r["body"]["prompt"]) for r in fake_engine.requests]
     assert lens == [32, 45, 55]
-    assert 0.15 <= out.sessions[0].turns[0].tool_run_s < 0.3
+    assert 0.15 <= out.sessions[0].turns[0].tool_run_s < 0.6
 
 
 def test_prometheus_parsing_sums_labels_and_reads_config_labels():

@@ -67,26 +67,27 @@ def test_calls_queue_fifo_when_all_workers_are_busy():
     assert order == ["a", "b", "c"]
     assert in_flight == (1, 2, 3)
     assert a.queue_wait_s < 0.05
-    assert b.queue_wait_s >= 0.28 and b.queue_wait_s == pytest.approx(a.run_s, abs=0.05)   # waited for a
-    assert c.queue_wait_s == pytest.approx(a.run_s + b.run_s, abs=0.1)                    # for a and b
+    # b waited for a, c for a and b (lower bounds are exact; upper bounds allow a loaded host)
+    assert a.run_s - 0.05 <= b.queue_wait_s < a.run_s + 0.5
+    assert a.run_s + b.run_s - 0.05 <= c.queue_wait_s < a.run_s + b.run_s + 1.0
     assert 0.1 <= b.run_s < b.queue_wait_s            # run time excludes the wait
 
 
 def test_a_busy_tool_really_burns_cpu_and_an_idle_one_does_not():
     async def burn(cores):
         pool = ToolPool(workers=1)
-        task = asyncio.create_task(pool.run(0.8, cores))
+        task = asyncio.create_task(pool.run(1.0, cores))
         await asyncio.sleep(0.3)
         pid = pool.live_pids()[0]
         before = _cpu_seconds(pid)
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(0.5)
         used = _cpu_seconds(pid) - before
         await task
         await pool.close()
         return used
     busy, idle = asyncio.run(burn(1.0)), asyncio.run(burn(0.0))
-    assert busy >= 0.1          # 0.3 s on a free core; at least a third of it on a loaded host
-    assert idle <= 0.02
+    assert busy >= 0.03         # 0.5 s on a free core; still a fair share of one on a host loaded 8x
+    assert idle <= 0.01
 
 
 def test_cancel_kills_children_and_frees_the_worker():
