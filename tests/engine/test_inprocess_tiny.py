@@ -6,8 +6,6 @@ tokens are computed), while an unpinned session under the same KV pressure recom
 from __future__ import annotations
 
 import os
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -30,23 +28,19 @@ class PinSome(AlwaysPin):
 
 
 @pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory) -> Path:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-    from build_model import build
-    out = tmp_path_factory.mktemp("tiny")
-    build("tiny", out, seed=0, corpus_bytes=1_000_000)
-    return out
-
-
-@pytest.fixture(scope="module")
 def llm(tiny_model):
-    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    saved = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING")
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"      # EngineCore in this process
     from vllm import LLM
     engine = LLM(model=str(tiny_model), dtype="bfloat16", enforce_eager=True, max_model_len=1536,
                  kv_cache_memory_bytes=KV_BYTES, enable_prefix_caching=True, seed=0,
                  scheduler_cls="mars_openhands.vllm.scheduler.FcfsScheduler")
     yield engine
     engine.llm_engine.engine_core.shutdown()
+    if saved is None:
+        os.environ.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)
+    else:
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = saved
 
 
 def run(llm, prompt: list[int], session: str, max_tokens: int = 4):
