@@ -75,6 +75,11 @@ models/%/.done: scripts/build_model.py | setup-engine
 	$(PY) scripts/build_model.py --size $* --out models/$*
 	touch $@
 
+# Per-step cost of the MARS scheduler adapter over stock vLLM (256 running, 1,000 waiting).
+.PHONY: bench-sched
+bench-sched: setup-engine
+	$(PY) scripts/bench_scheduler.py --running 256 --waiting 1000 --steps 300 --policies fcfs,mars
+
 test: test-core test-agent
 
 test-core: setup-engine

@@ -32,7 +32,7 @@ from __future__ import annotations
 import os
 import time
 from collections import Counter, deque
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Sequence
 
 from vllm.v1.core.kv_cache_utils import KVCacheBlock
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
@@ -49,6 +49,9 @@ from mars_openhands.vllm.session import session_of, turn_index_of
 #: Finishes that end a turn normally (anything else - abort, error - pins nothing).
 _COMPLETED = (RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH_CAPPED,
               RequestStatus.FINISHED_REPETITION)
+
+#: Seconds between recomputations of the waiting work's KV demand (the control-loop period).
+DEMAND_REFRESH_S = 0.2
 
 #: Seconds the engine loop naps when only parked requests exist (vLLM would spin at 1 ms).
 PARKED_IDLE_S = 0.01
@@ -69,6 +72,25 @@ class _VictimList(list):
             if victim is not None:
                 return victim
         return super().pop(index)
+
+
+class _CoreView(Sequence):
+    """The policy's view of a vLLM queue, built only if a strategy actually reads it."""
+
+    def __init__(self, queue: Iterable[Request], creqs: dict[str, CoreRequest]) -> None:
+        self._queue, self._creqs = queue, creqs
+        self._items: list[CoreRequest] | None = None
+
+    def _list(self) -> list[CoreRequest]:
+        if self._items is None:
+            self._items = [self._creqs[r.request_id] for r in self._queue if r.request_id in self._creqs]
+        return self._items
+
+    def __len__(self) -> int:
+        return len(self._list())
+
+    def __getitem__(self, i):
+        return self._list()[i]
 
 
 class MarsSchedulerMixin:
@@ -94,6 +116,7 @@ class MarsSchedulerMixin:
         self._resume_pins: dict[str, Pin] = {}            # request id -> pin released after lookup
         self._shrunk: dict[str, int] = {}                 # request id -> tokens actually allocated
         self._alloc_req: Request | None = None            # request being allocated this step
+        self._next_demand_s = -1.0
         self._stock_allocate = self.kv_cache_manager.allocate_slots
         self.kv_cache_manager.allocate_slots = self._allocate_slots
         self.running = _VictimList(self.running)
@@ -201,7 +224,7 @@ class MarsSchedulerMixin:
 
     def schedule(self, *args: Any, **kwargs: Any) -> SchedulerOutput:
         now = self.clock()
-        self._sync_kv_state()
+        self._sync_kv_state(now)
         for pin in self.policy.expired_pins(now):
             self._unpin(pin, "pins_expired")
         self._admit_parked(now)
@@ -220,20 +243,22 @@ class MarsSchedulerMixin:
             time.sleep(self.idle_nap_s)
         return out
 
-    def _sync_kv_state(self) -> None:
+    def _sync_kv_state(self, now: float) -> None:
         kv = self.policy.ctx.kv
         kv.free_blocks = self.kv_cache_manager.block_pool.get_num_free_blocks()
         kv.pinned_blocks = self.policy.ctx.pins.total_blocks
-        pending = sum(r.num_tokens - r.num_computed_tokens for r in self.waiting)
-        kv.waiting_demand_blocks = kv.blocks_for(pending)
+        if now >= self._next_demand_s:      # O(waiting): refreshed at the control-loop period
+            self._next_demand_s = now + DEMAND_REFRESH_S
+            pending = sum(r.num_tokens - r.num_computed_tokens for r in self.waiting)
+            kv.waiting_demand_blocks = kv.blocks_for(pending)
 
     def _order(self, now: float) -> None:
         creqs, requests = self._creqs, self.requests
-        running = [creqs[r.request_id] for r in self.running]
-        for c in running:
-            self._sync(c)
+        running = [creqs[r.request_id] for r in self.running]   # synced by the last step
         self.running = _VictimList(requests[c.request_id] for c in self.policy.order(running, now))
-        if len(self.waiting) > 1:
+        # Waiting order matters only if this step can admit someone.
+        if len(self.waiting) > 1 and len(self.running) < min(self.max_num_running_reqs,
+                                                              self.max_num_active_reqs):
             waiting = [creqs[r.request_id] for r in self.waiting]
             ordered = [requests[c.request_id] for c in self.policy.order(waiting, now)]
             self.waiting.clear()
@@ -266,7 +291,12 @@ class MarsSchedulerMixin:
                         **kwargs: Any):
         """vLLM's allocation, then the policy's fallbacks: smaller chunks, then revoked pins."""
         self._alloc_req = request
-        blocks = self._try_sizes(request, num_new_tokens, args, kwargs)
+        blocks = self._stock_allocate(request, num_new_tokens, *args, **kwargs)
+        if blocks is not None:                  # the common case: nothing to decide
+            if self._shrunk:
+                self._shrunk.pop(request.request_id, None)
+            return blocks
+        blocks = self._try_sizes(request, num_new_tokens, args, kwargs, tried=True)
         if blocks is None:
             for pin in self.policy.revocation_order():
                 if self.policy.release_pin(pin.session_id) is None:
@@ -277,10 +307,10 @@ class MarsSchedulerMixin:
                     break
         return blocks
 
-    def _try_sizes(self, request: Request, n: int, args: tuple, kwargs: dict):
+    def _try_sizes(self, request: Request, n: int, args: tuple, kwargs: dict, tried: bool = False):
         rid = request.request_id
         self._shrunk.pop(rid, None)
-        blocks = self._stock_allocate(request, n, *args, **kwargs)
+        blocks = None if tried else self._stock_allocate(request, n, *args, **kwargs)
         size = n
         while blocks is None:
             smaller = self.policy.shrink(size)
@@ -307,6 +337,12 @@ class MarsSchedulerMixin:
         self.mars_counters["preemptions"] += 1
         return victim
 
+    def _preempt_request(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        super()._preempt_request(request, *args, **kwargs)
+        c = self._creqs.get(request.request_id)
+        if c is not None:
+            c.computed_tokens = 0
+
     def _sync_blocks(self, c: CoreRequest) -> CoreRequest:
         self._sync(c)
         c.kv_blocks = sum(len(m.req_to_blocks.get(c.request_id, ()))
@@ -322,18 +358,18 @@ class MarsSchedulerMixin:
         super()._update_after_schedule(scheduler_output)
 
     def _after_step(self, out: SchedulerOutput, now: float) -> None:
-        creqs = self._creqs
+        creqs, requests, resume = self._creqs, self.requests, self._resume_pins
         scheduled = []
         for rid, n in out.num_scheduled_tokens.items():
             c = creqs.get(rid)
             if c is None:
                 continue
-            scheduled.append((self._sync(c), n))
-            pin = self._resume_pins.pop(rid, None)
-            if pin is not None:     # its prefix lookup is done: the request holds the blocks now
-                self._unpin(pin, "pins_resumed")
-        waiting = [creqs[r.request_id] for r in self.waiting if r.request_id in creqs]
-        self.policy.on_step(scheduled, waiting, now)
+            r = requests[rid]
+            c.computed_tokens = min(r.num_computed_tokens, r.num_prompt_tokens)
+            scheduled.append((c, n))
+            if resume and rid in resume:  # its prefix lookup is done: it holds the blocks now
+                self._unpin(resume.pop(rid), "pins_resumed")
+        self.policy.on_step(scheduled, _CoreView(self.waiting, creqs), now)
 
     # ---- finishing calls and pins ---------------------------------------------------------------
 
