@@ -35,6 +35,8 @@ from evaluation.swebench.outputs import RunFiles
 from evaluation.swebench.patches import extract_patch, ignore_build_droppings
 from evaluation.swebench.prompt import render_instruction
 from mars_openhands.openhands.config import MarsConfig
+from mars_openhands.openhands.record import RecordError, record, record_conversation
+from mars_openhands.workload.trace import write_trace
 
 log = logging.getLogger("evaluation.swebench.driver")
 
@@ -207,6 +209,7 @@ class Driver:
         if workspace is not None:
             self.backend.remove_workspace(workspace)
         (idir / "history.json").write_text(json.dumps(record["history"]))
+        record["trace"] = _record_trace(idir)
         return record
 
     # ---- the run -----------------------------------------------------------------------------
@@ -287,6 +290,7 @@ class Driver:
                 signal.signal(signal.SIGTERM, previous)
             shutil.rmtree(self.scratch, ignore_errors=True)
             bar.close()
+        write_run_trace(self.config.run_dir)
         summary.wall_s = time.time() - t0
         return summary
 
@@ -302,6 +306,38 @@ class Driver:
         deadline = time.time() + grace_s
         for t in threads:
             t.join(timeout=max(0.0, deadline - time.time()))
+
+
+def _conversations(root: Path) -> list[Path]:
+    return sorted(p.parent for p in root.glob("instances/*/conversation/*/base_state.json"))
+
+
+def _record_trace(idir: Path) -> str | None:
+    """The instance's conversation as a mars-trace/1 session (instances/<id>/trace.jsonl)."""
+    convs = sorted(p.parent for p in (idir / "conversation").glob("*/base_state.json"))
+    if not convs:
+        return None
+    try:
+        session, _ = record_conversation(convs[-1])
+    except RecordError as e:
+        log.warning("%s: no trace recorded: %s", idir.name, e)
+        return None
+    write_trace(idir / "trace.jsonl", [session])
+    return str((idir / "trace.jsonl").relative_to(idir.parents[1]))
+
+
+def write_run_trace(run_dir: Path) -> int:
+    """All finished conversations of the run as one mars-trace/1 file with their real arrival times."""
+    convs = _conversations(run_dir)
+    sessions = []
+    if convs:
+        try:
+            sessions = record(convs)
+        except RecordError as e:
+            log.warning("run trace not written: %s", e)
+            return 0
+        write_trace(run_dir / "trace.jsonl", sessions)
+    return len(sessions)
 
 
 def _raise_interrupt(signum: int, frame: Any) -> None:

@@ -4,6 +4,8 @@ Layout of RUN_DIR:
   metadata.json              how the run was started (mode, harness, engine, model, policy, workers)
   output.jsonl               one record per attempted instance (OpenHands' SWE-bench output shape)
   predictions.jsonl          {instance_id, model_name_or_path, model_patch} for the swebench harness
+  trace.jsonl                every recorded conversation as mars-trace/1 (replayable in sim / engine)
+  engine_stats.jsonl         /mars/v1/stats sampled every second (engine_stats.json: the last sample)
   instances/<id>/            agent.log, patch.diff, history.json, eval/ (grading logs), trace.jsonl
 
 A record without `error` means the instance is finished and a re-run skips it; a record with an

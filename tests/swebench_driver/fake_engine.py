@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -73,7 +74,7 @@ class FakeEngine:
                         self._reply(500, {"error": "boom"})
                         return
                     prompt = len(json.dumps(body["messages"])) // 4
-                    self._reply(200, {"id": "cmpl-1", "choices": [{"index": 0, "message": {
+                    self._reply(200, {"id": f"cmpl-{uuid.uuid4().hex}", "choices": [{"index": 0, "message": {
                         "role": "assistant", "content": "x" * body["max_tokens"]}, "finish_reason": "length"}],
                         "usage": {"prompt_tokens": prompt, "completion_tokens": body["max_tokens"],
                                   "total_tokens": prompt + body["max_tokens"],

@@ -88,6 +88,9 @@ def test_ctrl_c_stops_everything_and_a_rerun_resumes(tmp_path, slow_engine):
     assert sorted(final) == sorted(TASKS) and all(not r["error"] for r in final.values())
     assert all(r["report"]["resolved"] for r in final.values())
     assert {i: final[i]["timings"] for i in done} == {i: first[i]["timings"] for i in done}  # not re-run
+    trace = [json.loads(l) for l in (run_dir / "trace.jsonl").read_text().splitlines()]
+    assert sorted(s["session_id"] for s in trace) == sorted(r["conversation_id"] for r in final.values())
+    assert all(s["schema"] == "mars-trace/1" and len(s["turns"]) >= 8 for s in trace)
     assert _ours(tmpdir) == []
 
 
@@ -110,4 +113,6 @@ def test_offline_run_on_the_real_engine(tmp_path):
     assert stats["policy"] == "mars" and stats["counters"]["pins_created"] >= 1
     pred = json.loads((run_dir / "predictions.jsonl").read_text())
     assert pred["model_patch"] == rec["test_result"]["git_patch"] and pred["model_patch"].startswith("diff --git")
+    (session,) = [json.loads(l) for l in (run_dir / rec["trace"]).read_text().splitlines()]
+    assert [t["input_tokens"] for t in session["turns"]] == [t["prompt_tokens"] for t in turns]
     assert _ours(tmpdir) == []  # engine, tools and tmux all gone
