@@ -64,7 +64,7 @@ class ReplayConfig:
     sample_interval_s: float = 1.0       # timeline sampling of /mars/v1/stats and /metrics
 
 
-def _pick(d: dict | None, *paths: str) -> float | None:
+def stat_value(d: dict | None, *paths: str) -> float | None:
     """First numeric value found at one of the dotted `paths` of a stats document."""
     for path in paths:
         cur: object = d
@@ -77,8 +77,8 @@ def _pick(d: dict | None, *paths: str) -> float | None:
 
 def timeline_point(t: float, stats: dict | None, metrics: dict[str, float]) -> tuple:
     """One timeline sample from the MARS stats document and vLLM's Prometheus metrics."""
-    window = _pick(stats, "admission.window", "admission_window", "window")
-    pinned = _pick(stats, "pins.pinned_blocks", "pinned_blocks", "kv.pinned_blocks") or 0
+    window = stat_value(stats, "admission.window", "admission_window", "window")
+    pinned = stat_value(stats, "pins.pinned_blocks", "pinned_blocks", "kv.pinned_blocks") or 0
     return (t, window, float(metrics.get("vllm:kv_cache_usage_perc", 0.0)), int(pinned),
             int(metrics.get("vllm:num_requests_running", 0)), int(metrics.get("vllm:num_requests_waiting", 0)))
 

@@ -121,17 +121,12 @@ def _counter(m: dict[str, float], name: str) -> float:
     return m.get(name + "_total", m.get(name, 0.0))
 
 
-def _stat(stats: dict | None, *keys: str) -> float | None:
-    from mars_openhands.replay.client import _pick
-    return _pick(stats, *keys)
-
-
 def run_result(policy: str, sessions: list, outcome: Any, costs: Any, shapes: dict[str, list],
                tool_scale: float, before: dict[str, float], after: dict[str, float], stats: dict | None) -> Any:
     """A measured `RunResult`: E2E from the replay, ideal from the fitted costs, counters from the engine."""
-    from mars_openhands.results import RunResult, SessionResult
-
     from mars_openhands.replay.accounting import account
+    from mars_openhands.replay.client import stat_value
+    from mars_openhands.results import RunResult, SessionResult
 
     results = []
     for s, rec in zip(sessions, outcome.sessions):
@@ -143,9 +138,10 @@ def run_result(policy: str, sessions: list, outcome: Any, costs: Any, shapes: di
     if not cache.complete:     # no per-request usage details: fall back to the engine's counters
         hits = int(_counter(after, "vllm:prefix_cache_hits") - _counter(before, "vllm:prefix_cache_hits"))
         missed = max(0, cache.expected_tokens - hits)
-    preempt_recompute = _stat(stats, "counters.recomputed_prefill_tokens", "recomputed_prefill_tokens",
-                              "preemption_recompute_tokens") or 0
-    pinned_bs = _stat(stats, "pins.pinned_block_seconds", "pinned_block_seconds", "counters.pinned_block_seconds")
+    # recompute after preemption and pinned block-seconds happen inside the engine: taken from the
+    # MARS stats when the adapter publishes them (else: pins integrated from the sampled timeline)
+    preempt_recompute = stat_value(stats, "counters.recomputed_prefill_tokens") or 0
+    pinned_bs = stat_value(stats, "counters.pinned_block_seconds", "pinned_block_seconds")
     if pinned_bs is None:
         pts = outcome.timeline
         pinned_bs = sum((b[0] - a[0]) * a[3] for a, b in zip(pts, pts[1:]))
