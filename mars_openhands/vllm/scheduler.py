@@ -44,7 +44,7 @@ from mars_openhands.core import EngineShape, Pin, Policy, build_policy, policy_n
 from mars_openhands.core import Request as CoreRequest
 from mars_openhands.events import parse_event
 from mars_openhands.vllm.scheduler_path import class_stem, scheduler_class_path  # noqa: F401 (re-export)
-from mars_openhands.vllm.session import session_of, turn_index_of
+from mars_openhands.vllm.session import session_of, tool_hint_of, turn_index_of
 
 #: Finishes that end a turn normally (anything else - abort, error - pins nothing).
 _COMPLETED = (RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH_CAPPED,
@@ -388,6 +388,12 @@ class MarsSchedulerMixin:
             return
         now = self.clock()
         self._sync(c, request)
+        if not aborted:
+            session = self.policy.ctx.sessions.get(c.session_id)
+            hint = tool_hint_of(request, c.session_id, now)
+            if session is not None and hint is not None and session.in_tool is None:
+                session.in_tool = hint
+                self.mars_counters["tool_hints"] += 1
         blocks = [] if aborted else self._pinnable_blocks(rid)
         decision = self.policy.on_request_finished(c, len(blocks), now)
         for old in decision.release:

@@ -12,10 +12,18 @@ native one, so by the time a request reaches the scheduler the precedence is:
 
 1-2 and 5 reach `Request.session_id` in stock vLLM; 3-4 are turned into `X-Session-ID` by the
 endpoint plugin's middleware when 1-2 are absent. A call with none of them is its own session.
+
+Tool hints, also in `vllm_xargs` (they reach `sampling_params.extra_args`): a client that knows
+which tool its call will lead to declares it with `mars_tool` (name), `mars_tool_command` and
+`mars_tool_expected_s` (seconds). When the call finishes, the scheduler hands the policy that
+declared tool call before it decides whether to keep the call's KV (a later `tool_started` event
+replaces it). `turn_index` numbers the session's calls.
 """
 from __future__ import annotations
 
 from typing import Any
+
+from mars_openhands.events import ToolStarted
 
 
 def _extra_args(request: Any) -> dict:
@@ -32,6 +40,19 @@ def session_of(request: Any) -> str:
     if isinstance(sid, str) and sid:
         return sid
     return request.request_id
+
+
+def tool_hint_of(request: Any, session_id: str, now: float) -> ToolStarted | None:
+    """The tool call the client declared for after this call, if any (malformed hints are ignored)."""
+    extra = _extra_args(request)
+    name = extra.get("mars_tool")
+    if not isinstance(name, str) or not name:
+        return None
+    command = extra.get("mars_tool_command")
+    expected = extra.get("mars_tool_expected_s")
+    ok = isinstance(expected, (int, float)) and not isinstance(expected, bool) and 0 <= expected < float("inf")
+    return ToolStarted(session_id, now, name, command=command if isinstance(command, str) else None,
+                       expected_duration_s=float(expected) if ok else None)
 
 
 def turn_index_of(request: Any) -> int:

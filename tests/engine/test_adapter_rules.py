@@ -203,3 +203,26 @@ def test_active_window_keeps_later_calls_in_fcfs_overflow(model_dir):
     h.run()
     assert sorted(h.finished) == [f"r{i}" for i in range(5)]
     assert s.finish_requests(None, RequestStatus.FINISHED_ABORTED) == []
+
+
+def test_tool_hint_in_vllm_xargs_reaches_the_pin_decision(model_dir):
+    seen = []
+
+    class Recorder(AlwaysPin):
+        def pin_ttl(self, session, context_tokens, blocks, ctx):
+            seen.append(session.in_tool)
+            return super().pin_ttl(session, context_tokens, blocks, ctx)
+
+    s = make_scheduler(FcfsScheduler, model_dir)
+    install(s, retention=Recorder())
+    h = Harness(s)
+    hint = {"mars_tool": "terminal", "mars_tool_command": "pytest -x", "mars_tool_expected_s": 12.5}
+    s.add_request(make_request("a1", prompt(1, 40), max_tokens=2, session="a", extra=hint))
+    s.add_request(make_request("b1", prompt(2, 40), max_tokens=2, session="b",
+                               extra={"mars_tool": "terminal", "mars_tool_expected_s": "soon"}))
+    h.run()
+    by_session = {t.session_id: t for t in seen if t is not None}
+    assert by_session["a"].tool_name == "terminal" and by_session["a"].command == "pytest -x"
+    assert by_session["a"].expected_duration_s == 12.5
+    assert by_session["b"].expected_duration_s is None          # a malformed hint part is dropped
+    assert s.policy.ctx.cpu.tools_in_flight == 0                 # a hint is not a tool-started event
