@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from bisect import bisect_left, bisect_right
 from collections import deque
 from typing import Callable
 
@@ -49,6 +50,8 @@ _ARRIVE, _TOOL_DONE, _WAKE = 0, 1, 2
 #: Longest decode fast-forward while calls wait (their head was blocked when it began): the
 #: policy re-orders the waiting queue at least this often (and at every event and admission tick).
 REORDER_S = 0.2
+#: Idle engine, nothing in flight, parked sessions the policy keeps refusing: give up after this.
+STALL_S = 3600.0
 
 
 class SimulationError(RuntimeError):
@@ -73,6 +76,7 @@ class Engine:
         self.listener = on_event
         self.check = check
         self.fast_forward = fast_forward
+        self.stall_s = STALL_S
         self.now = 0.0
         self._heap: list = []
         self._seq = 0
@@ -96,6 +100,8 @@ class Engine:
         self.waiting_version = 0
         self._wreqs: list[Request] = []
         self._wreqs_version = -1
+        self._wkeys: list | None = None              # policy keys of `waiting` while kept sorted
+        self._wsorted_at = -math.inf
         self.sessions = [self._new_session(t) for t in sessions]
         # counters
         self.done = 0
@@ -148,7 +154,7 @@ class Engine:
             self._push(s.trace.arrival_s, _ARRIVE, s)
         total = len(self.sessions)
         heap = self._heap
-        idle_wakes = 0
+        idle_since = None
         while self.done < total:
             if (self.running or self.waiting or self.backlog or self.overflow) and self._step():
                 continue
@@ -160,12 +166,14 @@ class Engine:
                     f"stalled at t={self.now:.3f}: {len(self.waiting)} waiting, {len(self.backlog)} parked, "
                     f"{len(self.pins)} pins, {self.pool.free}/{self.pool.total} blocks free, no event left")
             if not self.running and not self.waiting and len(heap) == 1 and heap[0][2] == _WAKE:
-                idle_wakes += 1
-                if idle_wakes > 100_000:
-                    raise SimulationError(f"stalled at t={self.now:.3f}: the policy admits none of "
-                                          f"{len(self.backlog)} parked sessions on an idle engine")
+                if idle_since is None:
+                    idle_since = self.now
+                elif self.now - idle_since > self.stall_s:
+                    raise SimulationError(f"stalled at t={self.now:.3f}: the policy admitted none of "
+                                          f"{len(self.backlog)} parked sessions in {self.stall_s:.0f} s "
+                                          f"on an idle engine")
             else:
-                idle_wakes = 0
+                idle_since = None
             self._events_until(heap[0][0])
             self._expire_pins()
         if self.check:
@@ -324,14 +332,11 @@ class Engine:
         return budget
 
     def _schedule_waiting(self, budget: int, sched: dict) -> int:
-        pol, running, waiting = self.pol, self.running, self.waiting
-        if len(waiting) > 1:
-            by_req = self.by_req
-            order = [by_req[q] for q in pol.order([r.req for r in waiting], self.now)]
-        else:
-            order = list(waiting)
-        admitted: list[SimRequest] = []
-        for r in order:
+        running = self.running
+        self._order_waiting()
+        waiting = self.waiting
+        k = 0
+        for r in waiting:
             if budget <= 0 or len(running) >= self.max_seqs:
                 break
             n = self._admit_request(r, budget, bool(sched))
@@ -340,17 +345,60 @@ class Engine:
             sched[r] = n
             budget -= n
             running.append(r)
-            admitted.append(r)
+            k += 1
             self.waiting_tokens -= r.req.prompt_tokens + r.req.output_tokens
-        if admitted:
-            gone = set(admitted)
-            self.waiting = [r for r in waiting if r not in gone]
+        if k:
+            admitted = waiting[:k]
+            del waiting[:k]                 # admission takes a prefix of the ordered queue
+            if self._wkeys is not None:
+                del self._wkeys[:k]
             self.waiting_version += 1
             for r in admitted:              # its lookup is done: the request holds the blocks now
                 if r.resume_pin is not None:
                     ep, r.resume_pin = r.resume_pin, None
                     self._release_pin(ep)
         return budget
+
+    def _order_waiting(self) -> None:
+        """Sort the waiting queue by the policy's order.
+
+        Single-stepping asks `Policy.order` every time. Otherwise the queue stays sorted between
+        full re-sorts (every `REORDER_S`): a call joining it is placed by its key, so a static
+        order (FCFS) is exactly the policy's and a time-varying one is at most `REORDER_S` stale.
+        """
+        waiting = self.waiting
+        if len(waiting) < 2:
+            return
+        pol, now = self.pol, self.now
+        if not self.fast_forward:
+            by_req = self.by_req
+            self.waiting = [by_req[q] for q in pol.order([r.req for r in waiting], now)]
+            self.waiting_version += 1
+        elif self._wkeys is None or now >= self._wsorted_at + REORDER_S:
+            pol.ctx.now = now
+            key, ctx = pol.ordering.key, pol.ctx
+            keys = [key(r.req, ctx) for r in waiting]
+            idx = sorted(range(len(waiting)), key=keys.__getitem__)
+            self.waiting = [waiting[i] for i in idx]
+            self._wkeys = [keys[i] for i in idx]
+            self._wsorted_at = now
+            self.waiting_version += 1
+
+    def _insert_waiting(self, r: SimRequest, front: bool) -> None:
+        """Add a call to the waiting queue (at its place in the kept order, if one is kept)."""
+        if self._wkeys is None:
+            if front:
+                self.waiting.insert(0, r)
+            else:
+                self.waiting.append(r)
+        else:
+            pol = self.pol
+            pol.ctx.now = self.now
+            k = pol.ordering.key(r.req, pol.ctx)
+            i = (bisect_left if front else bisect_right)(self._wkeys, k)
+            self.waiting.insert(i, r)
+            self._wkeys.insert(i, k)
+        self.waiting_version += 1
 
     def _admit_request(self, r: SimRequest, budget: int, busy: bool) -> int:
         """Prefix lookup + allocation for a waiting request (the whole sequence must fit)."""
@@ -665,8 +713,7 @@ class Engine:
         req.computed_tokens = 0
         req.kv_blocks = 0
         self.running.remove(r)
-        self.waiting.insert(0, r)
-        self.waiting_version += 1
+        self._insert_waiting(r, front=True)
         self.waiting_tokens += req.prompt_tokens + req.output_tokens
         self.preemptions += 1
         self.pol.on_preempted(req, self.now)
@@ -753,8 +800,7 @@ class Engine:
     def _enqueue(self, r: SimRequest) -> None:
         r.enqueued_s = self.now
         self.waiting_tokens += r.req.prompt_tokens + r.req.output_tokens
-        self.waiting.append(r)
-        self.waiting_version += 1
+        self._insert_waiting(r, front=False)
 
     def _submit_turn(self, s: SimSession) -> None:
         now, k, tr = self.now, s.k, s.trace

@@ -5,7 +5,7 @@ import pytest
 
 from mars_openhands.events import CpuTelemetry, PrefillStarted, ToolFinished, ToolStarted
 from mars_openhands.sim import run_simulation
-from mars_openhands.sim.engine import Engine
+from mars_openhands.sim.engine import Engine, SimulationError
 from mars_openhands.sim.runner import ideal_latency
 
 from .helpers import TINY, OneAtATime, PinFor, custom_policy, growing, make_engine, session
@@ -185,6 +185,17 @@ def test_run_simulation_is_deterministic_and_fills_the_result():
     assert len(r1.timeline) == math.floor(end) + 1
     assert [t for t, *_ in r1.timeline] == [float(i) for i in range(len(r1.timeline))]
     assert all(0.0 <= u <= 1.0 and w is None for _, w, u, *_ in r1.timeline)
+
+
+def test_a_policy_that_never_admits_is_reported_not_spun_forever():
+    class Never(OneAtATime):
+        def select(self, backlog, ctx):
+            return []
+
+    eng = make_engine([growing("s", 0.0, 2)], policy=custom_policy(TINY, admission=Never()))
+    eng.stall_s = 60.0
+    with pytest.raises(SimulationError, match="admitted none of 1 parked sessions in 60 s"):
+        eng.run()
 
 
 def test_bad_input_names_what_is_wrong():
