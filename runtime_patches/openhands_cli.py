@@ -19,7 +19,7 @@ import argparse
 import functools
 import os
 import sys
-from importlib.metadata import version
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Callable
 
 from mars_openhands.openhands.config import ConfigError, MarsConfig, load_config
@@ -31,6 +31,13 @@ _REQUIRED_FLAGS = ("--task", "--headless", "--override-with-envs")
 
 class PatchError(RuntimeError):
     """The installed `openhands` CLI no longer has the shape this patch wraps."""
+
+
+def _cli_version() -> str:
+    try:
+        return version("openhands")
+    except PackageNotFoundError:
+        return "(version unknown)"
 
 
 def check(module: Any) -> list[str]:
@@ -113,8 +120,7 @@ def apply(module: Any) -> None:
         return
     problems = check(module)
     if problems:
-        raise PatchError(f"mars-openhands cannot patch openhands {version('openhands')}: "
-                         + "; ".join(problems))
+        raise PatchError(f"mars-openhands cannot patch openhands {_cli_version()}: " + "; ".join(problems))
     for name, make in (("create_main_parser", _parser), ("main", _main)):
         wrapped = functools.wraps(getattr(module, name))(make(getattr(module, name)))
         setattr(wrapped, _MARK, True)

@@ -13,6 +13,8 @@ clients ("Unexpected kind"). So we wrap four methods in place, keeping every cla
 - `LLM._transport_call(*, messages, **kwargs)`: the last hop before litellm -> `X-Session-ID`
   header and `vllm_xargs` in the body (retries of one turn keep its index).
 - `LocalConversation.run()` / `.close()`: the run's end -> SessionEnded.
+- Where the SDK has them (newer releases; the agent-server uses them): the async twins
+  `Agent.astep`, `LLM._atransport_call`, `LocalConversation.arun`, wrapped the same way.
 
 An agent-server runs `LocalConversation` in its own process, so a `RemoteConversation` is covered
 when the server runs in the agent environment with the patch enabled (see `autopatch`).
@@ -53,7 +55,14 @@ def _targets() -> dict[str, tuple[type, str, tuple[str, ...]]]:
         "transport": (LLM, "_transport_call", ("self", "messages")),
         "run": (LocalConversation, "run", ("self",)),
         "close": (LocalConversation, "close", ("self",)),
+        "astep": (Agent, "astep", ("self", "conversation")),
+        "atransport": (LLM, "_atransport_call", ("self", "messages")),
+        "arun": (LocalConversation, "arun", ("self",)),
     }
+
+
+#: Async twins added in later SDKs: patched when present, absent in the CLI's pinned 1.21.
+_OPTIONAL = {"astep", "atransport", "arun"}
 
 
 def check() -> list[str]:
@@ -66,7 +75,8 @@ def check() -> list[str]:
     for name, (cls, meth, params) in targets.items():
         fn = getattr(cls, meth, None)
         if not callable(fn):
-            problems.append(f"{cls.__name__}.{meth}: missing")
+            if name not in _OPTIONAL:
+                problems.append(f"{cls.__name__}.{meth}: missing")
             continue
         fn = getattr(fn, "__wrapped__", fn)
         got = tuple(inspect.signature(fn).parameters)[:len(params)]
@@ -127,12 +137,54 @@ def _step(orig: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+def _astep(orig: Callable[..., Any]) -> Callable[..., Any]:
+    async def wrapper(self: Any, conversation: Any, *args: Any, **kwargs: Any) -> Any:
+        inst = instrument.active()
+        if inst is None:
+            return await orig(self, conversation, *args, **kwargs)
+        token = instrument.current_step.set(inst.step_started(str(conversation.id)))
+        try:
+            return await orig(self, conversation, *args, **kwargs)
+        finally:
+            instrument.current_step.reset(token)
+    return wrapper
+
+
+def _atransport(orig: Callable[..., Any]) -> Callable[..., Any]:
+    async def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        inst = instrument.active()
+        if inst is not None:
+            inst.tag_llm_call(kwargs)
+        return await orig(self, *args, **kwargs)
+    return wrapper
+
+
 def _transport(orig: Callable[..., Any]) -> Callable[..., Any]:
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
         inst = instrument.active()
         if inst is not None:
             inst.tag_llm_call(kwargs)
         return orig(self, *args, **kwargs)
+    return wrapper
+
+
+def _report_end(self: Any, failed: bool, reason: str | None) -> None:
+    inst = instrument.active()
+    if inst is not None:
+        status = getattr(getattr(self, "state", None), "execution_status", None)
+        why = "error" if failed else reason or str(getattr(status, "value", status))
+        inst.session_ended(str(self.id), why)
+
+
+def _aend(orig: Callable[..., Any]) -> Callable[..., Any]:
+    async def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        failed = True
+        try:
+            out = await orig(self, *args, **kwargs)
+            failed = False
+            return out
+        finally:
+            _report_end(self, failed, None)
     return wrapper
 
 
@@ -145,11 +197,7 @@ def _end(reason: str | None) -> Callable[[Callable[..., Any]], Callable[..., Any
                 failed = False
                 return out
             finally:
-                inst = instrument.active()
-                if inst is not None:
-                    status = getattr(getattr(self, "state", None), "execution_status", None)
-                    why = "error" if failed else reason or str(getattr(status, "value", status))
-                    inst.session_ended(str(self.id), why)
+                _report_end(self, failed, reason)
         return wrapper
     return make
 
@@ -164,14 +212,14 @@ def apply() -> None:
     if sdk_version not in TESTED_SDK_VERSIONS:
         log.warning("mars-openhands: openhands-sdk %s is untested (tested: %s); signatures match",
                     sdk_version, ", ".join(TESTED_SDK_VERSIONS))
-    t = _targets()
-    _wrap(*t["execute_action"][:2], _execute_action)
-    _wrap(*t["step"][:2], _step)
-    _wrap(*t["transport"][:2], _transport)
-    _wrap(*t["run"][:2], _end(None))
-    _wrap(*t["close"][:2], _end("closed"))
+    makers = {"execute_action": _execute_action, "step": _step, "transport": _transport,
+              "run": _end(None), "close": _end("closed"), "astep": _astep, "atransport": _atransport,
+              "arun": _aend}
+    for name, (cls, meth, _) in _targets().items():
+        if callable(getattr(cls, meth, None)):
+            _wrap(cls, meth, makers[name])
 
 
 def applied() -> bool:
-    t = _targets()
-    return all(getattr(getattr(cls, meth), _MARK, False) for cls, meth, _ in t.values())
+    return all(getattr(getattr(cls, meth), _MARK, False) for cls, meth, _ in _targets().values()
+               if callable(getattr(cls, meth, None)))

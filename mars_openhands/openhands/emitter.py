@@ -100,6 +100,7 @@ class EventEmitter:
         """Flush within the exit budget, then stop; events still queued are counted as dropped."""
         if self._closed:
             return
+        deadline = time.monotonic() + self.config.exit_flush_timeout_s
         self.flush()
         with self._cond:
             self._closed = True
@@ -107,7 +108,10 @@ class EventEmitter:
             self._buf.clear()
             self.stats.dropped_failed += left
             self._cond.notify_all()
-        self._thread.join(timeout=self.config.exit_flush_timeout_s)
+        self._thread.join(timeout=max(0.05, deadline - time.monotonic()))
+        with self._cond:  # a post still hanging past the budget: its batch counts as dropped
+            self.stats.dropped_failed += self._in_flight
+            self._in_flight = 0
         self._client.close()
         atexit.unregister(self.close)
         if self.stats.dropped:
@@ -151,7 +155,8 @@ class EventEmitter:
         if r.status_code >= 400:  # the engine rejected the batch: retrying cannot help
             raise RuntimeError(f"HTTP {r.status_code}: {r.text[:200]}")
 
-    def _send(self, batch: list[Event]) -> None:
+    def _send(self, batch: list[Event]) -> str | None:
+        """Post one batch with retries; returns why it failed, or None when delivered."""
         body = {"events": [e.to_dict() for e in batch]}
         retrying = Retrying(stop=stop_after_attempt(self._attempts),
                             wait=wait_exponential(multiplier=self._backoff[0], max=self._backoff[1]),
@@ -160,14 +165,8 @@ class EventEmitter:
         try:
             retrying(self._post, body)
         except Exception as e:  # noqa: BLE001 - delivery must never raise into the agent
-            self.stats.dropped_failed += len(batch)
-            self._note_outage(str(e))
-            return
-        self.stats.sent += len(batch)
-        self.stats.batches += 1
-        if self._outage:
-            self._outage = False
-            log.warning("mars events: engine reachable again; %d events dropped so far", self.stats.dropped)
+            return str(e) or type(e).__name__
+        return None
 
     def _count_retry(self) -> None:
         self.stats.retries += 1
@@ -177,7 +176,20 @@ class EventEmitter:
             batch = self._take_batch()
             if batch is None:
                 return
-            self._send(batch)
+            failure = self._send(batch)
             with self._cond:
+                if self._in_flight:  # zero when close() gave up on this batch and counted it
+                    self._count(len(batch), failure)
                 self._in_flight = 0
                 self._cond.notify_all()
+
+    def _count(self, n: int, failure: str | None) -> None:
+        if failure is not None:
+            self.stats.dropped_failed += n
+            self._note_outage(failure)
+            return
+        self.stats.sent += n
+        self.stats.batches += 1
+        if self._outage:
+            self._outage = False
+            log.warning("mars events: engine reachable again; %d events dropped so far", self.stats.dropped)

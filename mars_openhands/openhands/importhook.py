@@ -12,6 +12,9 @@ line at start-up; it calls `install_import_hook()` here, which registers a tiny 
   `openhands --config` and `mars-openhands run` set, inherited by an agent-server they start) or
   `MARS_EVENTS_URL` (+ optional `MARS_EVENTS_TOKEN`) for a bare agent-server.
 
+It also defaults `LITELLM_LOCAL_MODEL_COST_MAP=True` (set it to False to let litellm fetch its
+price list; offline that fetch retries for about 8 s at every start).
+
 Turn it off for one process with `MARS_OPENHANDS_PATCH=0`; remove it with
 `python -m mars_openhands.openhands.autopatch uninstall`.
 """
@@ -88,6 +91,8 @@ class _Finder(importlib.abc.MetaPathFinder):
         hook = _HOOKS.get(fullname)
         if hook is None:
             return None
+        if fullname == "openhands.sdk":  # before litellm is imported by it: a self-hosted model needs
+            os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no price list from the web
         for finder in sys.meta_path:
             if finder is self:
                 continue

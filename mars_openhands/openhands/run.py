@@ -1,9 +1,14 @@
 """`mars-openhands run --config mars.toml -t TASK`: one real OpenHands agent run, instrumented.
 
 The explicit launcher next to the patched stock CLI: it builds the same V1 SDK objects the CLI
-builds (LLM, Agent with the configured tools, Conversation on a local workspace, or on an
-agent-server with `--server URL`), turns MARS instrumentation on, runs the task to its end and
-prints the conversation id, the final status and the event delivery counts.
+builds (LLM, Agent with the configured tools, Conversation on a local workspace), turns MARS
+instrumentation on, runs the task to its end and prints the conversation id, the final status and
+the event delivery counts.
+
+With `--server URL` the conversation is a RemoteConversation on an OpenHands agent-server: the
+agent loop and the tools run in the server's process, so that process emits the events. Start it
+in the agent environment with `MARS_EVENTS_URL` (or `MARS_CONFIG`) set, e.g.
+`MARS_EVENTS_URL=http://127.0.0.1:8000/mars/v1/events .venv-agent/bin/python -m openhands.agent_server`.
 """
 from __future__ import annotations
 
@@ -66,7 +71,8 @@ def run_task(cfg: MarsConfig, task: str, *, server: str | None = None,
 
     from mars_openhands.openhands import instrument
 
-    instrument.enable(cfg.mars)
+    if not server:  # remote: the agent-server's process is the one instrumented
+        instrument.enable(cfg.mars)
     agent = build_agent(cfg)
     if server:
         from openhands.sdk.workspace import RemoteWorkspace

@@ -22,7 +22,7 @@ import pytest
 from mars_openhands.events import SessionEnded, ToolFinished, ToolStarted
 from mars_openhands.workload.trace import read_trace
 
-from .conftest import AGENT_BIN, live_tmux_servers, run_py
+from .conftest import AGENT_BIN, live_tmux_servers, needs_cli, run_py
 from .doubles import EventsServer, ScriptedLLM, terminal, write_mars_toml
 
 pytestmark = pytest.mark.agent
@@ -58,7 +58,8 @@ def _check_llm_tags(llm: ScriptedLLM, session_id: str, turns: int) -> None:
     reqs = llm.requests
     assert len(reqs) == turns
     for k, r in enumerate(reqs):
-        assert r.headers.get("X-Session-ID") == session_id
+        headers = {name.lower(): value for name, value in r.headers.items()}  # HTTP names: any case
+        assert headers.get("x-session-id") == session_id
         assert r.body.get("vllm_xargs") == {"session_id": session_id, "turn_index": k}
 
 
@@ -156,6 +157,7 @@ def test_engine_down_agent_still_finishes_and_reports_drops(tmp_path):
     assert elapsed < 120
 
 
+@needs_cli
 def test_stock_cli_with_mars_toml(tmp_path):
     """`openhands --config mars.toml --headless -t ...`: the unmodified upstream CLI, patched at run time."""
     ws = tmp_path / "ws"

@@ -73,39 +73,40 @@ def test_retries_with_backoff_then_delivers():
     assert em.stats.sent == 1 and em.stats.dropped == 0
 
 
-def test_endpoint_down_counts_drops_logs_once_and_never_blocks(caplog):
+def test_endpoint_down_counts_drops_and_logs_once(caplog):
     caplog.set_level(logging.WARNING, logger="mars_openhands.emitter")
     em = EventEmitter(EmitterConfig(events_url=_dead_url(), flush_interval_s=0.01, exit_flush_timeout_s=1.0),
                       attempts=2, backoff_min_s=0.01)
-    worst = 0.0
     for i in range(200):
-        t = time.perf_counter()
         em.emit(_ev(i))
-        worst = max(worst, time.perf_counter() - t)
     t = time.monotonic()
     em.close()
     assert time.monotonic() - t < 1.0 + 0.5  # exit flush is bounded by exit_flush_timeout_s
-    assert worst < 0.005  # emit never waits for the network
     assert em.stats.sent == 0 and em.stats.dropped == 200
     outage = [r for r in caplog.records if "cannot deliver" in r.getMessage()]
     assert len(outage) == 1  # one line per outage, not one per event
     assert any("200 dropped" in r.getMessage() for r in caplog.records)
 
 
-def test_bounded_buffer_drops_overflow():
+def test_bounded_buffer_drops_overflow_and_emit_never_blocks():
     hang = socket.socket()  # accepts connections, never answers: the sender is stuck in a post
     hang.bind(("127.0.0.1", 0))
     hang.listen(16)
     url = f"http://127.0.0.1:{hang.getsockname()[1]}/mars/v1/events"
     try:
-        em = EventEmitter(EmitterConfig(events_url=url, buffer_size=10, batch_max=5, flush_interval_s=0.5,
-                                        exit_flush_timeout_s=0.3), attempts=1, post_timeout_s=0.2)
-        accepted = [em.emit(_ev(i)) for i in range(50)]
+        em = EventEmitter(EmitterConfig(events_url=url, buffer_size=10, batch_max=5, flush_interval_s=0.01,
+                                        exit_flush_timeout_s=0.3), attempts=1, post_timeout_s=1.5)
+        em.emit(_ev(0))
+        time.sleep(0.2)  # the sender took event 0 and now waits on the silent endpoint
+        t = time.perf_counter()
+        accepted = [em.emit(_ev(i)) for i in range(1, 51)]
+        emit_time = time.perf_counter() - t
         em.close()
     finally:
         hang.close()
+    assert emit_time < 0.15  # a blocking emit would wait >= 1.3 s for the stuck post
     assert accepted == [True] * 10 + [False] * 40
-    assert em.stats.dropped_full == 40 and em.stats.dropped == 50 and em.stats.sent == 0
+    assert em.stats.dropped_full == 40 and em.stats.dropped == 51 and em.stats.sent == 0
 
 
 def test_bearer_token_is_sent():

@@ -8,7 +8,7 @@ import pytest
 
 from mars_openhands.openhands import autopatch
 
-from .conftest import AGENT_BIN, run_py
+from .conftest import AGENT_BIN, needs_cli, run_py
 
 pytestmark = pytest.mark.agent
 
@@ -57,6 +57,7 @@ def test_sdk_patch_is_idempotent_and_keeps_names():
     assert first.__name__ == "_execute_action_event" and Agent.__name__ == "Agent"
 
 
+@needs_cli
 def test_cli_patch_guard():
     import openhands_cli.entrypoint as entry
 
@@ -96,8 +97,10 @@ def test_config_path_parsing():
     assert config_path(["-t", "x"]) is None
 
 
-_PROBE = ("import openhands.sdk, openhands_cli.entrypoint as e; from runtime_patches import openhands_sdk as p; "
-          "print(p.applied(), getattr(e.main, '__mars_patched__', False))")
+_PROBE = ("import importlib.util, openhands.sdk; from runtime_patches import openhands_sdk as p; "
+          "cli = importlib.util.find_spec('openhands_cli') is not None; "
+          "e = importlib.import_module('openhands_cli.entrypoint') if cli else None; "
+          "print(p.applied(), getattr(e.main, '__mars_patched__', False) if cli else p.applied())")
 
 
 def test_pth_hook_patches_every_process_and_env_var_turns_it_off():
@@ -108,6 +111,7 @@ def test_pth_hook_patches_every_process_and_env_var_turns_it_off():
     assert off.stdout.split() == ["False", "False"], off.stderr[-2000:]
 
 
+@needs_cli
 def test_stock_cli_help_shows_config_and_bad_config_names_the_key(tmp_path):
     bad = tmp_path / "mars.toml"
     bad.write_text('[llm]\nbase_url = "http://127.0.0.1:1/v1"\n')
