@@ -28,7 +28,7 @@ init_none_hash(sha256_cbor)
 
 _LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
           "intermediate_size": 128, "num_attention_heads": 2, "num_key_value_heads": 2,
-          "num_hidden_layers": 1, "vocab_size": 512, "max_position_embeddings": 8192,
+          "num_hidden_layers": 1, "vocab_size": 512, "max_position_embeddings": 32768,
           "torch_dtype": "float32"}
 
 
@@ -39,11 +39,12 @@ def write_model_dir(d: Path) -> Path:
 
 
 def make_scheduler(cls, model_dir: Path, num_blocks: int = 64, max_tokens_per_step: int = 512,
-                   max_seqs: int = 16, prefix_caching: bool = True, reserve_full_isl: bool = True):
+                   max_seqs: int = 16, prefix_caching: bool = True, reserve_full_isl: bool = True,
+                   max_model_len: int = 4096):
     model_config = ModelConfig(model=str(model_dir), skip_tokenizer_init=True, dtype="float32",
-                               max_model_len=4096, seed=0)
+                               max_model_len=max_model_len, seed=0)
     scheduler_config = SchedulerConfig(max_num_seqs=max_seqs, max_num_batched_tokens=max_tokens_per_step,
-                                       max_model_len=4096, enable_chunked_prefill=True,
+                                       max_model_len=max_model_len, enable_chunked_prefill=True,
                                        is_encoder_decoder=False,
                                        scheduler_reserve_full_isl=reserve_full_isl)
     cache_config = CacheConfig(block_size=BLOCK, enable_prefix_caching=prefix_caching)

@@ -226,3 +226,23 @@ def test_tool_hint_in_vllm_xargs_reaches_the_pin_decision(model_dir):
     assert by_session["a"].expected_duration_s == 12.5
     assert by_session["b"].expected_duration_s is None          # a malformed hint part is dropped
     assert s.policy.ctx.cpu.tools_in_flight == 0                 # a hint is not a tool-started event
+
+
+def test_mars_mlfq_serves_a_short_call_before_a_long_prefill_finishes(model_dir):
+    """The real MARS policy: a 9k-token prompt starts at L2 (512-token quanta), so a short call
+    arriving later is ordered first and finishes while the long one is still prefilling;
+    stock FCFS lets the long prompt take every step's budget first."""
+    def finish_order(cls):
+        s = make_scheduler(cls, model_dir, num_blocks=700, max_tokens_per_step=2048, max_model_len=16384)
+        h = Harness(s)
+        s.add_request(make_request("long", prompt(1, 9000), max_tokens=2, session="L"))
+        h.step()
+        s.add_request(make_request("short", prompt(2, 100), max_tokens=2, session="S"))
+        h.run()
+        chunks = [step["long"] for step in h.history if step.get("long", 0) > 1]
+        return h.finished, max(chunks)
+    from mars_openhands.vllm.scheduler import MarsScheduler
+    order, biggest = finish_order(MarsScheduler)
+    assert order == ["short", "long"] and biggest <= 2048
+    order, biggest = finish_order(FcfsScheduler)
+    assert order == ["long", "short"] and biggest == 2048

@@ -32,8 +32,9 @@ class VirtualClock:
         return self.now
 
 
-def _class(policy: str):
-    return getattr(sched_mod, sched_mod.scheduler_class_path(policy).rsplit(".", 1)[1])
+def _class(policy: str, async_scheduling: bool = False):
+    path = sched_mod.scheduler_class_path(policy, async_scheduling)
+    return getattr(sched_mod, path.rsplit(".", 1)[1])
 
 
 def check_pool(s) -> None:
@@ -45,9 +46,9 @@ def check_pool(s) -> None:
         assert pin.handle is not None and all(b.ref_cnt >= 1 for b in pin.handle)
 
 
-def stress(policy: str, sessions: int, seed: int) -> dict:
+def stress(policy: str, sessions: int, seed: int, async_scheduling: bool = False) -> dict:
     rng = random.Random(seed)
-    s = make_scheduler(_class(policy), _model_dir, num_blocks=96, max_tokens_per_step=256)
+    s = make_scheduler(_class(policy, async_scheduling), _model_dir, num_blocks=96, max_tokens_per_step=256)
     clock = VirtualClock()
     s.clock, s.idle_nap_s = clock, 0.0
     h = Harness(s)
@@ -125,14 +126,21 @@ _model_dir = None
 
 
 @pytest.fixture(autouse=True)
-def _dir(model_dir):
+def _dir(model_dir, monkeypatch):
     global _model_dir
     _model_dir = model_dir
+    monkeypatch.setenv("MARS_TOOL_WORKERS", "8")     # the CPU plane admission control assumes
 
 
 @pytest.mark.parametrize("policy", policy_names())
 def test_random_sessions_return_every_block(policy):
     c = stress(policy, sessions=60, seed=7)
+    assert c["steps"] > 100
+
+
+@pytest.mark.parametrize("policy", ["fcfs", "mars"])
+def test_async_scheduler_variant_returns_every_block(policy):
+    c = stress(policy, sessions=60, seed=3, async_scheduling=True)
     assert c["steps"] > 100
 
 
