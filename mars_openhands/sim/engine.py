@@ -149,9 +149,13 @@ class Engine:
 
     # ---- main loop ------------------------------------------------------------------------------
 
-    def run(self) -> None:
+    def start(self) -> None:
+        """Schedule every session's arrival (`run` does it; tests drive steps by hand after it)."""
         for s in self.sessions:
             self._push(s.trace.arrival_s, _ARRIVE, s)
+
+    def run(self) -> None:
+        self.start()
         total = len(self.sessions)
         heap = self._heap
         idle_since = None

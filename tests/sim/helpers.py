@@ -9,6 +9,7 @@ from mars_openhands.core.model import CpuState, KVState, Pin, PinOffer, Session
 from mars_openhands.core.ordering import FcfsOrdering
 from mars_openhands.core.policy import Policy
 from mars_openhands.core.registry import EngineShape, build_policy
+from mars_openhands.core.retention import NoRetention
 from mars_openhands.core.strategies import Admission, Retention
 from mars_openhands.core.victim import NewestVictim
 from mars_openhands.sim.engine import Engine
@@ -74,7 +75,6 @@ def custom_policy(profile: Profile, *, retention: Retention | None = None,
     ordering = FcfsOrdering()
     if max_active is not None:
         ordering.max_active = max_active
-    from mars_openhands.core.retention import NoRetention
     ctx = PolicyContext(KVState(kv_blocks or profile.kv_blocks, kv_blocks or profile.kv_blocks,
                                 profile.block_size), CpuState(workers or profile.tool_workers))
     return Policy("test-double", ordering, NoShrink(), NewestVictim(), retention or NoRetention(),

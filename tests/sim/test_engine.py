@@ -6,6 +6,7 @@ import pytest
 from mars_openhands.events import CpuTelemetry, PrefillStarted, ToolFinished, ToolStarted
 from mars_openhands.sim import run_simulation
 from mars_openhands.sim.engine import Engine, SimulationError
+from mars_openhands.sim.kv import KVError
 from mars_openhands.sim.runner import ideal_latency
 
 from .helpers import TINY, OneAtATime, PinFor, custom_policy, growing, make_engine, session
@@ -185,6 +186,19 @@ def test_run_simulation_is_deterministic_and_fills_the_result():
     assert len(r1.timeline) == math.floor(end) + 1
     assert [t for t, *_ in r1.timeline] == [float(i) for i in range(len(r1.timeline))]
     assert all(0.0 <= u <= 1.0 and w is None for _, w, u, *_ in r1.timeline)
+
+
+def test_a_pin_cannot_be_released_twice():
+    eng = make_engine([session("a", 0.0, [(600, 10, 30.0), (700, 10, None)])],
+                      policy=custom_policy(TINY, retention=PinFor(100.0)))
+    eng.start()
+    eng._events_until(0.0)                  # a's first turn arrives, runs, ends in a tool: pinned
+    while eng.running or eng.waiting:
+        eng._step()
+    pin = eng.pins["a"]
+    eng._release_pin(pin)
+    with pytest.raises(KVError, match="released twice"):
+        eng._release_pin(pin)
 
 
 def test_a_policy_that_never_admits_is_reported_not_spun_forever():
