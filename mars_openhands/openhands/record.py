@@ -160,7 +160,8 @@ def record(paths: list[Path]) -> list[SessionTrace]:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry for `mars-openhands record CONV_DIR... -o trace.jsonl`."""
-    p = argparse.ArgumentParser(prog="mars-openhands record", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="mars-openhands record",
+                                description="Turn persisted OpenHands conversations into mars-trace/1 sessions.")
     p.add_argument("paths", nargs="+", type=Path,
                    help="conversation directories, or persistence directories holding them")
     p.add_argument("-o", "--output", type=Path, required=True, help="mars-trace/1 JSON Lines file to write")

@@ -29,7 +29,8 @@ _TOOL_MODULES = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="mars-openhands run", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="mars-openhands run",
+                                description="Run one OpenHands agent task, instrumented for MARS.")
     p.add_argument("--config", required=True, metavar="MARS_TOML", help="path to mars.toml")
     task = p.add_mutually_exclusive_group(required=True)
     task.add_argument("-t", "--task", help="task text for the agent")
@@ -101,7 +102,14 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"mars-openhands run: error: {e}", file=sys.stderr)
         return 2
-    task = args.task if args.task is not None else args.file.read_text(encoding="utf-8")
+    try:
+        task = args.task if args.task is not None else args.file.read_text(encoding="utf-8")
+    except OSError as e:
+        print(f"mars-openhands run: error: --file: {e}", file=sys.stderr)
+        return 2
+    if not task.strip():
+        print("mars-openhands run: error: the task is empty", file=sys.stderr)
+        return 2
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # never fetch prices at import
     os.environ["MARS_CONFIG"] = str(cfg.path)  # an agent-server child instruments itself too
     from runtime_patches import openhands_sdk

@@ -6,12 +6,16 @@
   of tool calls (requests without tools, e.g. title generation, get a plain reply off-script). A tiny model cannot act as an agent, so the agent's *decisions* are scripted while
   everything else is real: the OpenHands agent loop, litellm over HTTP, the tools executing real
   bash in the workspace. It records each request's headers, body and arrival time.
+  With `upstream=` (a real engine's base URL) every agent step is first forwarded there - same
+  messages, session header and `vllm_xargs`, a few output tokens - so the engine really serves the
+  turn; the reply keeps the engine's token usage and swaps in the scripted decision.
 """
 from __future__ import annotations
 
 import json
 import threading
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -149,6 +153,9 @@ class _LLMHandler(_Handler):
             k = len(srv.script.requests)
             srv.script.requests.append(req)
             step = srv.script.steps[k] if k < len(srv.script.steps) else srv.finish_step
+        usage = srv.forward(body, self.headers) if srv.upstream else {
+            "prompt_tokens": step.prompt_tokens, "completion_tokens": step.completion_tokens,
+            "total_tokens": step.prompt_tokens + step.completion_tokens}
         reply = {
             "id": f"chatcmpl-{k}", "object": "chat.completion", "created": int(time.time()),
             "model": body.get("model", "scripted"),
@@ -156,8 +163,7 @@ class _LLMHandler(_Handler):
                 "role": "assistant", "content": "",
                 "tool_calls": [{"id": f"call_{k}", "type": "function",
                                 "function": {"name": step.tool, "arguments": json.dumps(step.args)}}]}}],
-            "usage": {"prompt_tokens": step.prompt_tokens, "completion_tokens": step.completion_tokens,
-                      "total_tokens": step.prompt_tokens + step.completion_tokens},
+            "usage": usage,
         }
         self._reply(200, reply)
         with srv.lock:
@@ -167,8 +173,9 @@ class _LLMHandler(_Handler):
 class ScriptedLLM(_Server):
     """OpenAI-compatible chat server replaying `steps`, then calling `finish`."""
 
-    def __init__(self, steps: list[ToolCallStep]):
+    def __init__(self, steps: list[ToolCallStep], upstream: str | None = None):
         super().__init__(_LLMHandler)
+        self.upstream = upstream
         self.script = _Script(list(steps))
         self.finish_step = ToolCallStep("finish", {"message": "done"}, 1500, 10)
         self.side_requests: list[LLMRequest] = []
@@ -176,6 +183,18 @@ class ScriptedLLM(_Server):
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
+
+    def forward(self, body: dict[str, Any], headers: Any) -> dict[str, Any]:
+        """Serve this turn on the real engine (short output); return the engine's token usage."""
+        with urllib.request.urlopen(f"{self.upstream}/v1/models", timeout=30) as r:
+            model = json.load(r)["data"][0]["id"]
+        drop = {"model", "max_completion_tokens", "max_tokens", "reasoning_effort", "stream"}
+        fwd = {**{k: v for k, v in body.items() if k not in drop}, "model": model, "max_tokens": 4}
+        sent = {k: v for k, v in headers.items() if k.lower() in ("x-session-id", "x-turn-index")}
+        req = urllib.request.Request(f"{self.upstream}/v1/chat/completions", data=json.dumps(fwd).encode(),
+                                     headers={"Content-Type": "application/json", **sent})
+        with urllib.request.urlopen(req, timeout=600) as r:
+            return json.load(r)["usage"]
 
     @property
     def requests(self) -> list[LLMRequest]:

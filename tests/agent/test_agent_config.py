@@ -86,3 +86,13 @@ def test_missing_llm_table(tmp_path):
 def test_missing_file(tmp_path):
     with pytest.raises(ConfigError, match="config file not found"):
         load_config(tmp_path / "nope.toml")
+
+
+def test_launcher_bad_config_exits_2_naming_the_key(tmp_path, capsys):
+    from mars_openhands.openhands.run import main
+
+    bad = _write(tmp_path, GOOD.replace("max_iterations = 7", "max_iterations = -2"))
+    assert main(["--config", str(bad), "-t", "x"]) == 2
+    assert f"{bad}: [agent] max_iterations: must be > 0" in capsys.readouterr().err
+    assert main(["--config", str(_write(tmp_path, GOOD)), "-f", str(tmp_path / "missing.md")]) == 2
+    assert "--file:" in capsys.readouterr().err

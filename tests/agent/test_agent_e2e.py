@@ -7,6 +7,7 @@ tool running commands in tmux, the runtime patch, the emitter.
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -15,6 +16,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+import uuid
 from pathlib import Path
 
 import pytest
@@ -169,7 +171,7 @@ def test_stock_cli_with_mars_toml(tmp_path):
                       timeout=240, cwd=tmp_path)
         assert proc.returncode == 0, proc.stderr[-3000:]
         conv_hex = re.search(r"Conversation ID: ([0-9a-f]{32})", proc.stdout).group(1)
-        session_id = str(__import__("uuid").UUID(conv_hex))
+        session_id = str(uuid.UUID(conv_hex))
         events = srv.events
         _check_llm_tags(llm, session_id, 4)
     assert (ws / "one.txt").read_text() == "one\n"
@@ -222,21 +224,68 @@ def test_remote_conversation_on_agent_server(tmp_path):
     assert [f.exit_status for f in finished] == [0, 3, 0, 0]
 
 
+REPO = Path(__file__).resolve().parents[2]
+ENGINE_PY = REPO / ".venv" / "bin" / "python"
+TINY_MODEL = Path(os.environ.get("MARS_TINY_MODEL", REPO / "models" / "tiny"))
+
+
+@pytest.fixture
+def live_engine(tmp_path):
+    """`mars-openhands serve --policy mars` on the tiny model, from the engine environment (.venv)."""
+    if not ENGINE_PY.exists() or not (TINY_MODEL / "config.json").exists():
+        pytest.skip("needs the engine environment and the tiny model (make setup-engine model)")
+    port = _free_port()
+    log = (tmp_path / "serve.log").open("w")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "MARS_"))}
+    proc = subprocess.Popen([str(ENGINE_PY), "-m", "mars_openhands.cli", "serve", "--policy", "mars",
+                             "--model", str(TINY_MODEL), "--port", str(port), "--tool-workers", "2",
+                             "--max-model-len", "32768", "--kv-cache-memory-bytes", str(256 << 20)],
+                            cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 400
+        while True:
+            assert proc.poll() is None, (tmp_path / "serve.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, "engine did not come up"
+            try:
+                urllib.request.urlopen(f"{base}/health", timeout=2)
+                break
+            except OSError:
+                time.sleep(1)
+        yield base
+    finally:
+        proc.send_signal(signal.SIGTERM)  # serve stops its whole process group
+        proc.wait(timeout=90)
+        log.close()
+
+
+def _engine_stats(base: str) -> dict:
+    with urllib.request.urlopen(f"{base}/mars/v1/stats", timeout=30) as r:
+        return json.load(r)
+
+
 @pytest.mark.slow
 @pytest.mark.engine
-def test_real_engine_accepts_agent_events(tmp_path):
-    """With a live `mars-openhands serve` engine (set MARS_ENGINE_URL=http://127.0.0.1:PORT), the
-    engine's `/mars/v1/events` accepts every event of a scripted agent run. Decisions still come from
-    the scripted LLM (the tiny model cannot act). TODO(engine issue): also assert `/mars/v1/stats`
-    shows the pin taken at each tool call and released at resume once that endpoint has landed."""
-    engine = os.environ.get("MARS_ENGINE_URL")
-    if not engine:
-        pytest.skip("set MARS_ENGINE_URL to a running `mars-openhands serve` engine")
+def test_real_engine_serves_the_agent_and_takes_its_events(tmp_path, live_engine):
+    """A live `mars-openhands serve` engine (tiny model) serves every agent turn, tagged with the
+    session, and applies every boundary event; at the session's end nothing of it stays pinned.
+    Decisions come from the script (the tiny model cannot act; see doubles.py).
+    TODO(engine stats): once `/mars/v1/stats` lists per-session pin/resume history, also assert
+    the pin taken at each tool call and released at resume, with durations within 50 ms."""
     ws = tmp_path / "ws"
     ws.mkdir()
-    with ScriptedLLM(_script()) as llm:
-        cfg = write_mars_toml(tmp_path / "mars.toml", llm=llm, events_url=f"{engine}/mars/v1/events",
+    before = _engine_stats(live_engine)
+    with ScriptedLLM(_script(), upstream=live_engine) as llm:
+        cfg = write_mars_toml(tmp_path / "mars.toml", llm=llm, events_url=f"{live_engine}/mars/v1/events",
                               workdir=ws, persist=tmp_path / "conv")
         proc = _run_launcher(cfg, "make one.txt")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "mars events: 9 sent, 0 dropped" in proc.stdout
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert "mars events: 9 sent, 0 dropped" in proc.stdout
+        conv_id = re.search(r"conversation (\S+): finished", proc.stdout).group(1)
+        _check_llm_tags(llm, conv_id, 4)
+    after = _engine_stats(live_engine)
+    delta = {k: v - before.get("counters", {}).get(k, 0) for k, v in after.get("counters", {}).items()}
+    assert delta["events"] == 9
+    assert after["known_sessions"] == before["known_sessions"]  # session_ended released it
+    assert after["pinned_blocks"] == 0 and after["tools_in_flight"] == 0
+    print("engine counter deltas:", delta)
