@@ -33,11 +33,12 @@ class OfflineBackend:
 
     name = OFFLINE
 
-    def __init__(self, python: str | None = None, grade_timeout_s: float = 300.0):
+    def __init__(self, python: str | None = None, grade_timeout_s: float = 300.0, grade: bool = True):
         import sys
 
         self.python = python or sys.executable
         self.grade_timeout_s = grade_timeout_s
+        self.grading = grade
 
     def create_workspace(self, instance: dict, scratch: Path | None) -> Path:
         from evaluation.swebench.workspace import create_workspace
@@ -58,7 +59,9 @@ class OfflineBackend:
     def remove_workspace(self, workspace: Path) -> None:
         shutil.rmtree(workspace, ignore_errors=True)
 
-    def grade(self, instance: dict, patch: str, log_dir: Path) -> dict:
+    def grade(self, instance: dict, patch: str, log_dir: Path) -> dict | None:
+        if not self.grading:
+            return None
         from evaluation.swebench.grading import grade
 
         return grade(instance, patch, log_dir=log_dir, python=self.python,

@@ -141,9 +141,7 @@ def run(args: argparse.Namespace) -> int:
         pre.raise_if_missing()
         instances, backend = pre.instances, modes.DockerBackend()
     else:
-        instances, backend = _offline_instances(args, ids), modes.OfflineBackend()
-        if args.no_grade:
-            backend.grade = lambda *a, **k: None  # type: ignore[method-assign]
+        instances, backend = _offline_instances(args, ids), modes.OfflineBackend(grade=not args.no_grade)
     run_dir = args.output_dir or REPO / "runs" / "swebench" / f"{mode}-{args.policy}"
     engine = None
     if engine_url is None and not has_model:  # the oracle harness needs an engine: start one
@@ -195,6 +193,8 @@ def _quiet_console() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # `python` in the agents' terminals is the interpreter that grades (it has the tasks' test deps)
+    os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
     os.environ.setdefault("OPENHANDS_SUPPRESS_BANNER", "1")
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -14,19 +14,17 @@ from pathlib import Path
 
 import pytest
 
-if importlib.util.find_spec("openhands") is None or importlib.util.find_spec("swebench") is None \
-        or sys.version_info < (3, 12):
+AGENT_ENV = importlib.util.find_spec("openhands") is not None and importlib.util.find_spec("swebench") is not None \
+    and sys.version_info >= (3, 12)
+if not AGENT_ENV:
     collect_ignore_glob = ["test_*.py"]
+else:  # the SDK writes under ~/.openhands: keep it in a temp dir; never fetch prices or datasets
+    _HOME = Path(tempfile.mkdtemp(prefix="mars-swe-test-home-"))
+    os.environ.update({"LITELLM_LOCAL_MODEL_COST_MAP": "True", "OPENHANDS_PERSISTENCE_DIR": str(_HOME),
+                       "OPENHANDS_SUPPRESS_BANNER": "1", "HF_HUB_OFFLINE": "1"})
 
-_HOME = Path(tempfile.mkdtemp(prefix="mars-swe-test-home-"))
-for key, value in {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "HOME": str(_HOME),
-                   "OPENHANDS_PERSISTENCE_DIR": str(_HOME / ".openhands"),
-                   "OPENHANDS_SUPPRESS_BANNER": "1", "HF_HUB_OFFLINE": "1"}.items():
-    os.environ[key] = value
-
-
-def pytest_sessionfinish(session, exitstatus):
-    shutil.rmtree(_HOME, ignore_errors=True)
+    def pytest_sessionfinish(session, exitstatus):
+        shutil.rmtree(_HOME, ignore_errors=True)
 
 
 @pytest.fixture

@@ -109,6 +109,11 @@ def test_offline_run_on_the_real_engine(tmp_path):
     assert len(turns) >= 8 and all(t["session_id"] == rec["conversation_id"] for t in turns)
     assert all(b["prompt_tokens"] > a["prompt_tokens"] for a, b in zip(turns, turns[1:]))  # the context grows
     assert sum(t["cached_tokens"] for t in turns[1:]) > 0.5 * sum(t["prompt_tokens"] for t in turns[:-1])
+    history = json.loads((run_dir / "instances" / TASKS[0] / "history.json").read_text())
+    outputs = [" ".join(c.get("text", "") for c in e["observation"]["content"]) for e in history
+               if e.get("kind") == "ObservationEvent" and e.get("tool_name") == "terminal"]
+    runs = [o for o in outputs if " in " in o and ("passed" in o or "failed" in o)]
+    assert "failed" in runs[0] and "failed" not in runs[1]  # the agent's own test runs: red, then green
     stats = json.loads((run_dir / "engine_stats.json").read_text())
     assert stats["policy"] == "mars" and stats["counters"]["pins_created"] >= 1
     pred = json.loads((run_dir / "predictions.jsonl").read_text())
