@@ -109,8 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     def everything_admitted(s) -> None:
         """All R + W requests in vLLM's queues (no parking, no active window): the adapter
         orders and accounts for every one of them, its worst case at this size."""
-        s.policy.ordering.max_active = None
-        s.policy.admission = None
+        s.mars.ordering.max_active = None
+        s.mars.admission = None
 
     shape = (args.running, args.waiting, args.steps, args.prompt)
     schedulers = {"stock": prepare(Scheduler, *shape)}

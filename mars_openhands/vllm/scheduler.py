@@ -37,6 +37,7 @@ from typing import Any, Callable, Iterable, Sequence
 from vllm.v1.core.kv_cache_utils import KVCacheBlock
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.output import SchedulerOutput
+from vllm.v1.core.sched.request_queue import SchedulingPolicy
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import Request, RequestStatus
 
@@ -52,6 +53,11 @@ _COMPLETED = (RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH_CAPP
 
 #: Seconds between recomputations of the waiting work's KV demand (the control-loop period).
 DEMAND_REFRESH_S = 0.2
+
+#: EMA weight of the prefill-start latency (the simulator uses the same).
+LATENCY_EMA = 0.2
+#: Fewest prefill tokens in a step for its model time to count as a prefill-rate sample.
+MIN_PREFILL_SAMPLE = 256
 
 #: Seconds the engine loop naps when only parked requests exist (vLLM would spin at 1 ms).
 PARKED_IDLE_S = 0.01
@@ -103,11 +109,14 @@ class MarsSchedulerMixin:
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        if self.policy is not SchedulingPolicy.FCFS:      # vLLM's queue discipline, not ours
+            raise ValueError(f"{type(self).__name__} orders requests itself; start vLLM with "
+                             f"--scheduling-policy fcfs (got {self.policy.value!r})")
         pool = self.kv_cache_manager.block_pool
         workers = int(os.environ.get("MARS_TOOL_WORKERS", os.cpu_count() or 1))
         shape = EngineShape(total_blocks=pool.num_gpu_blocks - 1, block_size=self.block_size,
                             tool_workers=workers)
-        self.policy: Policy = build_policy(self.POLICY, shape)
+        self.mars: Policy = build_policy(self.POLICY, shape)   # (vLLM's `self.policy` is FCFS)
         self.mars_counters: Counter[str] = Counter()
         self._creqs: dict[str, CoreRequest] = {}
         self._parked: dict[str, list[Request]] = {}       # session id -> its parked calls
@@ -117,6 +126,9 @@ class MarsSchedulerMixin:
         self._shrunk: dict[str, int] = {}                 # request id -> tokens actually allocated
         self._alloc_req: Request | None = None            # request being allocated this step
         self._next_demand_s = -1.0
+        self._enqueued_s: dict[str, float] = {}           # request id -> entered vLLM's queues
+        self._exec_started = 0.0                           # perf_counter when a step was handed out
+        self._exec_prefill = 0                             # prefill tokens of that step
         self._stock_allocate = self.kv_cache_manager.allocate_slots
         self.kv_cache_manager.allocate_slots = self._allocate_slots
         self.running = _VictimList(self.running)
@@ -132,8 +144,8 @@ class MarsSchedulerMixin:
                            request.num_prompt_tokens, turn_index=turn_index_of(request),
                            cached_tokens=self._expected_hit(request))
         self._creqs[request.request_id] = creq
-        park = self.policy.on_request_arrival(creq, now)
-        pin = self.policy.resume_pin(creq.session_id)
+        park = self.mars.on_request_arrival(creq, now)
+        pin = self.mars.resume_pin(creq.session_id)
         if pin is not None:
             self._resume_pins[request.request_id] = pin
         if park:
@@ -145,21 +157,25 @@ class MarsSchedulerMixin:
 
     def _enter(self, request: Request) -> None:
         """Hand an admitted call to vLLM's queues, or to the overflow queue if the window is full."""
-        limit = self.policy.max_active
+        limit = self.mars.max_active
         if limit is not None and (self._overflow or self._num_active() >= limit):
             self._overflow.append(request)
             self.mars_counters["overflowed"] += 1
         else:
-            super().add_request(request)
+            self._hand_to_vllm(request)
+
+    def _hand_to_vllm(self, request: Request) -> None:
+        self._enqueued_s[request.request_id] = self.clock()
+        super().add_request(request)
 
     def _num_active(self) -> int:
         return len(self.running) + len(self.waiting) + len(self.kv_holding_waiting)
 
     def _fill_active(self) -> None:
-        limit = self.policy.max_active
+        limit = self.mars.max_active
         room = len(self._overflow) if limit is None else limit - self._num_active()
         while room > 0 and self._overflow:
-            super().add_request(self._overflow.popleft())
+            self._hand_to_vllm(self._overflow.popleft())
             room -= 1
 
     def _expected_hit(self, request: Request) -> int:
@@ -170,9 +186,9 @@ class MarsSchedulerMixin:
         return hit
 
     def _admit_parked(self, now: float) -> None:
-        sessions = self.policy.ctx.sessions
+        sessions = self.mars.ctx.sessions
         backlog = [sessions[sid] for sid in self._parked if sid in sessions]
-        admitted = [s.session_id for s in self.policy.admit(backlog, now)]
+        admitted = [s.session_id for s in self.mars.admit(backlog, now)]
         # A parked session the policy forgot (it ended) must not strand its calls.
         admitted += [sid for sid in self._parked if sid not in sessions]
         for sid in admitted:
@@ -225,7 +241,7 @@ class MarsSchedulerMixin:
     def schedule(self, *args: Any, **kwargs: Any) -> SchedulerOutput:
         now = self.clock()
         self._sync_kv_state(now)
-        for pin in self.policy.expired_pins(now):
+        for pin in self.mars.expired_pins(now):
             self._unpin(pin, "pins_expired")
         self._admit_parked(now)
         self._fill_active()
@@ -244,9 +260,9 @@ class MarsSchedulerMixin:
         return out
 
     def _sync_kv_state(self, now: float) -> None:
-        kv = self.policy.ctx.kv
+        kv = self.mars.ctx.kv
         kv.free_blocks = self.kv_cache_manager.block_pool.get_num_free_blocks()
-        kv.pinned_blocks = self.policy.ctx.pins.total_blocks
+        kv.pinned_blocks = self.mars.ctx.pins.total_blocks
         if now >= self._next_demand_s:      # O(waiting): refreshed at the control-loop period
             self._next_demand_s = now + DEMAND_REFRESH_S
             pending = sum(r.num_tokens - r.num_computed_tokens for r in self.waiting)
@@ -255,12 +271,12 @@ class MarsSchedulerMixin:
     def _order(self, now: float) -> None:
         creqs, requests = self._creqs, self.requests
         running = [creqs[r.request_id] for r in self.running]   # synced by the last step
-        self.running = _VictimList(requests[c.request_id] for c in self.policy.order(running, now))
+        self.running = _VictimList(requests[c.request_id] for c in self.mars.order(running, now))
         # Waiting order matters only if this step can admit someone.
         if len(self.waiting) > 1 and len(self.running) < min(self.max_num_running_reqs,
                                                               self.max_num_active_reqs):
             waiting = [creqs[r.request_id] for r in self.waiting]
-            ordered = [requests[c.request_id] for c in self.policy.order(waiting, now)]
+            ordered = [requests[c.request_id] for c in self.mars.order(waiting, now)]
             self.waiting.clear()
             self.waiting.extend(ordered)
 
@@ -279,9 +295,9 @@ class MarsSchedulerMixin:
             return n
         c.computed_tokens = min(num_computed_tokens, request.num_prompt_tokens)
         if c.is_prefill:
-            capped = self.policy.chunk_tokens(c, n)
+            capped = self.mars.chunk_tokens(c, n)
         else:   # a resumed request recomputing its own output tokens: still a prefill chunk
-            quantum = self.policy.ordering.prefill_quantum(c, self.policy.ctx)
+            quantum = self.mars.ordering.prefill_quantum(c, self.mars.ctx)
             capped = n if quantum is None else min(n, quantum)
         if capped < n:
             self.mars_counters["quantum_capped_chunks"] += 1
@@ -298,8 +314,8 @@ class MarsSchedulerMixin:
             return blocks
         blocks = self._try_sizes(request, num_new_tokens, args, kwargs, tried=True)
         if blocks is None:
-            for pin in self.policy.revocation_order():
-                if self.policy.release_pin(pin.session_id) is None:
+            for pin in self.mars.revocation_order():
+                if self.mars.release_pin(pin.session_id) is None:
                     continue
                 self._unpin(pin, "pins_revoked")
                 blocks = self._try_sizes(request, num_new_tokens, args, kwargs)
@@ -313,7 +329,7 @@ class MarsSchedulerMixin:
         blocks = None if tried else self._stock_allocate(request, n, *args, **kwargs)
         size = n
         while blocks is None:
-            smaller = self.policy.shrink(size)
+            smaller = self.mars.shrink(size)
             if smaller is None or smaller >= size or smaller <= 0:
                 return None
             size = smaller
@@ -330,10 +346,10 @@ class MarsSchedulerMixin:
         candidates = [self._sync_blocks(self._creqs[r.request_id]) for r in running[start:]]
         if not candidates:
             return None
-        victim_c = self.policy.choose_victim(candidates)
+        victim_c = self.mars.choose_victim(candidates)
         victim = self.requests[victim_c.request_id]
         list.remove(running, victim)
-        self.policy.on_preempted(victim_c, self.clock())
+        self.mars.on_preempted(victim_c, self.clock())
         self.mars_counters["preemptions"] += 1
         return victim
 
@@ -359,7 +375,8 @@ class MarsSchedulerMixin:
 
     def _after_step(self, out: SchedulerOutput, now: float) -> None:
         creqs, requests, resume = self._creqs, self.requests, self._resume_pins
-        scheduled = []
+        kv = self.mars.ctx.kv
+        scheduled, prefill = [], 0
         for rid, n in out.num_scheduled_tokens.items():
             c = creqs.get(rid)
             if c is None:
@@ -367,9 +384,21 @@ class MarsSchedulerMixin:
             r = requests[rid]
             c.computed_tokens = min(r.num_computed_tokens, r.num_prompt_tokens)
             scheduled.append((c, n))
+            if n > 1:
+                prefill += n
+            if not c.started:           # queueing delay inside the engine ends here
+                wait = now - self._enqueued_s.pop(rid, now)
+                kv.prefill_start_latency_s += LATENCY_EMA * (wait - kv.prefill_start_latency_s)
             if resume and rid in resume:  # its prefix lookup is done: it holds the blocks now
                 self._unpin(resume.pop(rid), "pins_resumed")
-        self.policy.on_step(scheduled, _CoreView(self.waiting, creqs), now)
+        self.mars.on_step(scheduled, _CoreView(self.waiting, creqs), now)
+        self._exec_prefill, self._exec_started = prefill, time.perf_counter()
+
+    def update_from_output(self, scheduler_output: SchedulerOutput, model_runner_output: Any):
+        if self._exec_prefill >= MIN_PREFILL_SAMPLE:    # the step's model time prices recompute
+            self.mars.observe_prefill(self._exec_prefill, time.perf_counter() - self._exec_started)
+        self._exec_prefill = 0
+        return super().update_from_output(scheduler_output, model_runner_output)
 
     # ---- finishing calls and pins ---------------------------------------------------------------
 
@@ -381,6 +410,7 @@ class MarsSchedulerMixin:
         """Account a finished or aborted call; pin its blocks if the policy offers it."""
         rid = request.request_id
         c = self._creqs.pop(rid, None)
+        self._enqueued_s.pop(rid, None)
         pin = self._resume_pins.pop(rid, None)
         if pin is not None:
             self._unpin(pin, "pins_resumed")
@@ -389,22 +419,22 @@ class MarsSchedulerMixin:
         now = self.clock()
         self._sync(c, request)
         if not aborted:
-            session = self.policy.ctx.sessions.get(c.session_id)
+            session = self.mars.ctx.sessions.get(c.session_id)
             hint = tool_hint_of(request, c.session_id, now)
             if session is not None and hint is not None and session.in_tool is None:
                 session.in_tool = hint
                 self.mars_counters["tool_hints"] += 1
         blocks = [] if aborted else self._pinnable_blocks(rid)
-        decision = self.policy.on_request_finished(c, len(blocks), now)
+        decision = self.mars.on_request_finished(c, len(blocks), now)
         for old in decision.release:
             self._unpin(old, "pins_released_on_finish")
         if aborted:
-            old = self.policy.release_pin(c.session_id)
+            old = self.mars.release_pin(c.session_id)
             if old is not None:
                 self._unpin(old, "pins_released_on_abort")
         elif decision.pin is not None:
             self.kv_cache_manager.block_pool.touch(blocks)
-            self.policy.record_pin(c.session_id, len(blocks), decision.pin, now, handle=blocks)
+            self.mars.record_pin(c.session_id, len(blocks), decision.pin, now, handle=blocks)
             self.mars_counters["pins_created"] += 1
 
     def _pinnable_blocks(self, rid: str) -> list[KVCacheBlock]:
@@ -423,9 +453,9 @@ class MarsSchedulerMixin:
         self.mars_counters[reason] += 1
 
     def release_all_pins(self) -> int:
-        pins = [p for p in self.policy.ctx.pins]
+        pins = [p for p in self.mars.ctx.pins]
         for pin in pins:
-            self.policy.release_pin(pin.session_id)
+            self.mars.release_pin(pin.session_id)
             self._unpin(pin, "pins_released_on_reset")
         for rid in list(self._resume_pins):
             self._unpin(self._resume_pins.pop(rid), "pins_released_on_reset")
@@ -441,7 +471,7 @@ class MarsSchedulerMixin:
         """Feed wire-form events (validated again here: the engine trusts no caller)."""
         parsed = [parse_event(e) for e in events]
         for ev in parsed:
-            for pin in self.policy.on_event(ev):
+            for pin in self.mars.on_event(ev):
                 self._unpin(pin, f"pins_released_on_{ev.TYPE}")
         self.mars_counters["events"] += len(parsed)
         return len(parsed)
@@ -450,7 +480,7 @@ class MarsSchedulerMixin:
         pool = self.kv_cache_manager.block_pool
         running, waiting = super().get_request_counts()
         return {
-            **self.policy.stats(),
+            **self.mars.stats(),
             "engine": {"running": running, "waiting": waiting,
                        "parked_requests": self._num_parked, "parked_sessions": len(self._parked),
                        "overflow_requests": len(self._overflow),

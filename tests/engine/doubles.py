@@ -57,7 +57,7 @@ class Gate(Admission):
 def install(sched, ordering=None, shrink=False, victim=None, retention=None, admission=None,
             max_pinned_fraction=0.5) -> Policy:
     """Replace the scheduler's policy by a composition of doubles (same context object)."""
-    sched.policy = Policy("test", ordering or FcfsOrdering(), HalvingShrink() if shrink else NoShrink(),
+    sched.mars = Policy("test", ordering or FcfsOrdering(), HalvingShrink() if shrink else NoShrink(),
                           victim or NewestVictim(), retention or NoRetention(), admission,
-                          sched.policy.ctx, max_pinned_fraction=max_pinned_fraction)
-    return sched.policy
+                          sched.mars.ctx, max_pinned_fraction=max_pinned_fraction)
+    return sched.mars

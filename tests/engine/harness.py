@@ -40,13 +40,13 @@ def write_model_dir(d: Path) -> Path:
 
 def make_scheduler(cls, model_dir: Path, num_blocks: int = 64, max_tokens_per_step: int = 512,
                    max_seqs: int = 16, prefix_caching: bool = True, reserve_full_isl: bool = True,
-                   max_model_len: int = 4096):
+                   max_model_len: int = 4096, queue_policy: str = "fcfs"):
     model_config = ModelConfig(model=str(model_dir), skip_tokenizer_init=True, dtype="float32",
                                max_model_len=max_model_len, seed=0)
     scheduler_config = SchedulerConfig(max_num_seqs=max_seqs, max_num_batched_tokens=max_tokens_per_step,
                                        max_model_len=max_model_len, enable_chunked_prefill=True,
                                        is_encoder_decoder=False,
-                                       scheduler_reserve_full_isl=reserve_full_isl)
+                                       scheduler_reserve_full_isl=reserve_full_isl, policy=queue_policy)
     cache_config = CacheConfig(block_size=BLOCK, enable_prefix_caching=prefix_caching)
     vllm_config = VllmConfig(model_config=model_config, scheduler_config=scheduler_config,
                              cache_config=cache_config)

@@ -110,7 +110,7 @@ def test_pinned_session_hits_its_prefix_after_pressure_and_unpinned_does_not(mod
         hit = s.requests["t2"].num_computed_tokens - h.history[-1]["t2"]
         h.run()
         s.apply_events([SessionEnded("agent", 9.0).to_dict()])
-        assert h.free_blocks == start and not s.policy.ctx.pins.total_blocks
+        assert h.free_blocks == start and not s.mars.ctx.pins.total_blocks
         return hit, s
     hit, s = turn_two_hit(AlwaysPin())
     assert hit == 96                                # 6 full blocks of turn 1 survived the churn
@@ -127,7 +127,7 @@ def test_pins_are_released_by_ttl_cancel_end_and_reset(model_dir):
     for sid in ("a", "b", "c", "d"):
         s.add_request(make_request(f"{sid}1", prompt(ord(sid), 40), max_tokens=2, session=sid))
     h.run()
-    pins = s.policy.ctx.pins
+    pins = s.mars.ctx.pins
     assert len(pins) == 4 and h.free_blocks == start - pins.total_blocks == start - 8
     s.apply_events([ToolCancelled("a", 1.0, "terminal").to_dict(), SessionEnded("b", 1.0).to_dict()])
     assert len(pins) == 2 and h.free_blocks == start - 4
@@ -146,7 +146,7 @@ def test_malformed_event_batch_changes_nothing(model_dir):
     h.run()
     with pytest.raises(EventError, match="tool_name"):
         s.apply_events([ToolCancelled("a", 1.0, "terminal").to_dict(), {"type": "tool_started", "session_id": "a", "t": 1}])
-    assert s.policy.ctx.pins.get("a") is not None and s.mars_counters["events"] == 0
+    assert s.mars.ctx.pins.get("a") is not None and s.mars_counters["events"] == 0
 
 
 def test_pins_are_revoked_when_a_request_cannot_get_blocks(model_dir):
@@ -157,11 +157,11 @@ def test_pins_are_revoked_when_a_request_cannot_get_blocks(model_dir):
     for sid in ("a", "b"):
         s.add_request(make_request(f"{sid}1", prompt(ord(sid), 80), max_tokens=1, session=sid))
         h.run()
-    assert s.policy.ctx.pins.total_blocks == 10
+    assert s.mars.ctx.pins.total_blocks == 10
     s.add_request(make_request("big", prompt(99, 150), max_tokens=1, session="z"))
     h.run()
     assert "big" in h.finished and s.mars_counters["pins_revoked"] >= 1
-    assert h.free_blocks == start - s.policy.ctx.pins.total_blocks
+    assert h.free_blocks == start - s.mars.ctx.pins.total_blocks
 
 
 def test_parked_requests_are_counted_admitted_later_and_abortable(model_dir):
@@ -225,7 +225,7 @@ def test_tool_hint_in_vllm_xargs_reaches_the_pin_decision(model_dir):
     assert by_session["a"].tool_name == "terminal" and by_session["a"].command == "pytest -x"
     assert by_session["a"].expected_duration_s == 12.5
     assert by_session["b"].expected_duration_s is None          # a malformed hint part is dropped
-    assert s.policy.ctx.cpu.tools_in_flight == 0                 # a hint is not a tool-started event
+    assert s.mars.ctx.cpu.tools_in_flight == 0                 # a hint is not a tool-started event
 
 
 def test_mars_mlfq_serves_a_short_call_before_a_long_prefill_finishes(model_dir):
@@ -246,3 +246,8 @@ def test_mars_mlfq_serves_a_short_call_before_a_long_prefill_finishes(model_dir)
     assert order == ["short", "long"] and biggest <= 2048
     order, biggest = finish_order(FcfsScheduler)
     assert order == ["long", "short"] and biggest == 2048
+
+
+def test_priority_queue_discipline_is_refused_with_a_clear_message(model_dir):
+    with pytest.raises(ValueError, match="--scheduling-policy fcfs"):
+        make_scheduler(FcfsScheduler, model_dir, queue_policy="priority")

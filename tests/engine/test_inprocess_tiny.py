@@ -61,7 +61,7 @@ def test_pinned_turn_hits_prefix_cache_unpinned_recomputes(llm):
     b1 = [(11 * i) % 4000 + 5 for i in range(4 * BLOCK + 20)]
     out_a = run(llm, a1, "pin-a")
     out_b = run(llm, b1, "nopin-b")
-    assert len(sched.policy.ctx.pins) == 1 and sched.policy.ctx.pins.total_blocks == 4
+    assert len(sched.mars.ctx.pins) == 1 and sched.mars.ctx.pins.total_blocks == 4
     for i in range(3):          # pressure: 9 blocks each, more than the cache can keep
         run(llm, [(13 * j + i) % 4000 + 5 for j in range(9 * BLOCK + 10)], f"other-{i}")
     a2 = a1 + list(out_a.outputs[0].token_ids) + [9] * 50
@@ -71,8 +71,11 @@ def test_pinned_turn_hits_prefix_cache_unpinned_recomputes(llm):
     assert hit_a == 4 * BLOCK      # the whole pinned context: only new tokens were computed
     assert hit_b == 0              # evicted by the pressure
     assert sched.mars_counters["pins_resumed"] == 1
+    tps = sched.mars.ctx.prefill_tps            # measured from the steps' model time
+    assert tps != 5000.0 and 500 < tps < 5e6
+    assert sched.mars.ctx.kv.prefill_start_latency_s >= 0.0
     sched.apply_events([SessionEnded("pin-a", 0.0).to_dict(), SessionEnded("nopin-b", 0.0).to_dict()])
-    assert pool.get_num_free_blocks() == start and not sched.policy.ctx.pins.total_blocks
+    assert pool.get_num_free_blocks() == start and not sched.mars.ctx.pins.total_blocks
 
 
 def test_engine_core_utilities_reach_the_scheduler(llm):

@@ -42,7 +42,7 @@ def check_pool(s) -> None:
     free = pool.get_num_free_blocks()
     in_use = sum(1 for b in pool.blocks if b.ref_cnt > 0 and not b.is_null)
     assert free + in_use == pool.num_gpu_blocks - 1, "free queue and ref counts disagree"
-    for pin in s.policy.ctx.pins:
+    for pin in s.mars.ctx.pins:
         assert pin.handle is not None and all(b.ref_cnt >= 1 for b in pin.handle)
 
 
@@ -115,7 +115,7 @@ def stress(policy: str, sessions: int, seed: int, async_scheduling: bool = False
         assert steps < 200_000
     # Drain: idle pins of ended sessions are gone; nothing else may hold a block.
     h.run(max_steps=10_000)
-    assert not s.policy.ctx.pins.total_blocks and not s._resume_pins
+    assert not s.mars.ctx.pins.total_blocks and not s._resume_pins
     assert s.get_request_counts() == (0, 0) and not s.requests
     assert h.free_blocks == start, f"{start - h.free_blocks} KV blocks leaked"
     return {"steps": steps, "aborted": aborted, **s.mars_counters}
