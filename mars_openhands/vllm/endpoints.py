@@ -26,7 +26,6 @@ from fastapi.responses import JSONResponse
 from starlette.datastructures import State
 
 from mars_openhands.events import EventError, parse_batch
-from mars_openhands.vllm.metrics import MarsCollector
 from mars_openhands.vllm.plugin import EVENTS_METHOD, STATS_METHOD
 
 TOKEN_ENV = "MARS_EVENTS_TOKEN"
@@ -154,6 +153,7 @@ class MarsEndpoints:
         router.add_api_route("/mars/v1/stats", get_stats, methods=["GET"])
         app.include_router(router)
         app.add_middleware(SessionIdMiddleware)
+        from mars_openhands.vllm.metrics import MarsCollector
         app.state.mars_collector = MarsCollector.install()
 
     async def init_state(self, engine_client: Any, state: State, args: Namespace) -> None:
@@ -164,7 +164,7 @@ class MarsEndpoints:
                 _poll_stats(engine_client, state.mars_collector))
 
 
-async def _poll_stats(engine_client: Any, collector: MarsCollector) -> None:
+async def _poll_stats(engine_client: Any, collector: Any) -> None:
     """Keep the Prometheus view fresh; a failing engine only leaves the last values in place."""
     while True:
         try:
