@@ -251,3 +251,24 @@ def test_mars_mlfq_serves_a_short_call_before_a_long_prefill_finishes(model_dir)
 def test_priority_queue_discipline_is_refused_with_a_clear_message(model_dir):
     with pytest.raises(ValueError, match="--scheduling-policy fcfs"):
         make_scheduler(FcfsScheduler, model_dir, queue_policy="priority")
+
+
+@pytest.mark.xfail(strict=True, reason="core admission: an admitted session that goes silent (no "
+                   "session_ended event ever arrives) holds its window slot forever")
+def test_mars_admission_recovers_when_events_stop_arriving(model_dir, monkeypatch):
+    """40 one-call sessions, no boundary events at all: every parked session must still be
+    admitted eventually (issue 3: "if events stop arriving, admission degrades safely")."""
+    from mars_openhands.vllm.scheduler import MarsScheduler
+    monkeypatch.setenv("MARS_TOOL_WORKERS", "2")
+    s = make_scheduler(MarsScheduler, model_dir, num_blocks=200)
+    now = [1_000_000.0]
+    s.clock, s.idle_nap_s = (lambda: now[0]), 0.0
+    h = Harness(s)
+    for i in range(40):
+        s.add_request(make_request(f"r{i}", prompt(i, 50), max_tokens=2, session=f"s{i}"))
+    for _ in range(1_200):                     # 10 virtual minutes
+        now[0] += 0.5
+        if not s.has_requests():
+            break
+        h.step()
+    assert len(h.finished) == 40
