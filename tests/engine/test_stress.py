@@ -43,7 +43,7 @@ def check_pool(s) -> None:
     in_use = sum(1 for b in pool.blocks if b.ref_cnt > 0 and not b.is_null)
     assert free + in_use == pool.num_gpu_blocks - 1, "free queue and ref counts disagree"
     for pin in s.mars.ctx.pins:
-        assert pin.handle is not None and all(b.ref_cnt >= 1 for b in pin.handle)
+        assert pin.handle is not None and all(b.ref_cnt >= 1 and not b.is_null for b in pin.handle)
 
 
 def stress(policy: str, sessions: int, seed: int, async_scheduling: bool = False) -> dict:
