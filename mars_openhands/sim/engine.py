@@ -40,7 +40,8 @@ from mars_openhands.core.policy import Policy
 from mars_openhands.events import (CpuTelemetry, Event, PrefillStarted, SessionEnded, ToolFinished,
                                    ToolStarted, TurnFinished, TurnSubmitted)
 from mars_openhands.sim.entities import EnginePin, SimRequest, SimSession
-from mars_openhands.sim.kv import INF, BlockPool, Chain, KVError
+from mars_openhands.sim.kv import INF, BlockPool, KVError
+from mars_openhands.sim.prefix import SessionCache
 from mars_openhands.sim.profiles import Profile
 from mars_openhands.sim.tools import ToolJob, ToolPool
 from mars_openhands.workload.trace import SessionTrace
@@ -85,8 +86,7 @@ class Engine:
         self.overflow: deque[SimRequest] = deque()   # admitted, beyond the policy's active window
         self.backlog: list[SimSession] = []          # sessions parked until admitted
         self.by_req: dict[Request, SimRequest] = {}
-        self.sys_chains: dict[str, Chain] = {}
-        self.all_chains: list[Chain] = []            # for invariant checks only
+        self.cache = SessionCache(self.pool, self.bs, check)
         self.pins: dict[str, EnginePin] = {}         # engine-held pins (policy table or awaiting lookup)
         self.pinned_now = 0
         self.waiting_tokens = 0
@@ -132,10 +132,7 @@ class Engine:
             shortest = min(t.input_tokens for t in trace.turns)
             sys_blocks = min(trace.system_prompt_tokens, shortest) // self.bs
             if sys_blocks:
-                chain = self.sys_chains.get(trace.system_prompt_id)
-                if chain is None:
-                    chain = self.sys_chains[trace.system_prompt_id] = Chain()
-                    self.all_chains.append(chain)
+                chain = self.cache.system_chain(trace.system_prompt_id)
         return SimSession(trace, sys_blocks, chain)
 
     def _push(self, t: float, kind: int, obj: object) -> None:
@@ -409,7 +406,7 @@ class Engine:
         pool, bs, req = self.pool, self.bs, r.req
         total_tokens = req.prompt_tokens + req.output_tokens
         while True:
-            plan = self._lookup(r)
+            plan = self.cache.lookup(r)
             hit, touched = plan[0], plan[1]
             need = -(-total_tokens // bs) - hit + touched
             if need <= pool.free:
@@ -420,7 +417,8 @@ class Engine:
                 continue
             req.cached_tokens = hit * bs
             return 0
-        self._commit_lookup(r, plan)
+        if self.cache.commit(r, plan):
+            self.prefix_hit_tokens += r.first_hit
         n = self._tokens(r, budget)
         if n <= 0:
             return 0
@@ -452,7 +450,7 @@ class Engine:
                 C += end
                 r.c = r.done_hi = end
                 if end % bs == 0:
-                    self._extend(r, c // bs, end // bs)
+                    self.cache.extend(r, c // bs, end // bs)
                 if end == pt + req.output_tokens:
                     sampled.append(r)
                 continue
@@ -474,7 +472,7 @@ class Engine:
             req.computed_tokens = end if end < pt else pt
             f_old, f_new = c // bs, end // bs
             if f_new > f_old:
-                self._extend(r, f_old, f_new)
+                self.cache.extend(r, f_old, f_new)
             if end == pt + req.output_tokens:
                 sampled.append(r)
         dt = p.step_s(P, A, D, C)
@@ -558,7 +556,7 @@ class Engine:
             r.c = r.done_hi = end
             f_old, f_new = c // bs, end // bs
             if f_new > f_old:
-                self._extend(r, f_old, f_new)
+                self.cache.extend(r, f_old, f_new)
             r.req.output_tokens += m - 1
         # The policy hears of the run when its last step is scheduled (every event falls in that
         # step): the m-1 steps before it are past, so nothing about where the run ends leaks.
@@ -594,123 +592,9 @@ class Engine:
 
     # ---- KV: prefix lookup, growth, release -----------------------------------------------------
 
-    def _lookup(self, r: SimRequest) -> tuple:
-        """Read-only prefix-cache lookup: (hit blocks, free-queue blocks it pulls, sys hit, plan)."""
-        pool, s, req = self.pool, r.sess, r.req
-        limit = (req.prompt_tokens + req.output_tokens - 1) // self.bs
-        S = s.sys_blocks
-        hit = touched = hs = 0
-        if S:
-            ch = s.sys_chain
-            hs = ch.hittable
-            if hs > S:
-                hs = S
-            if hs > limit:
-                hs = limit
-            touched = pool.touched_by(ch, hs)
-            hit = hs
-            if hs < S and hs < limit:
-                return hit, touched, hs, None, -1
-        if r.first_hit < 0 and r.valid_blocks < limit:   # a new turn: only the shared prefix is valid
-            limit = r.valid_blocks
-        takes = []
-        stopped = -1
-        for j, (ch, _) in enumerate(s.segments):
-            t = ch.hittable
-            room = limit - hit
-            if t > room:
-                t = room if room > 0 else 0
-            takes.append(t)
-            touched += pool.touched_by(ch, t)
-            hit += t
-            if t < ch.cap:
-                stopped = j
-                break
-        return hit, touched, hs, takes, stopped
-
-    def _commit_lookup(self, r: SimRequest, plan: tuple) -> None:
-        pool, s, req, bs = self.pool, r.sess, r.req, self.bs
-        hit, _, sys_hit, takes, stopped = plan
-        holds = []
-        S = s.sys_blocks
-        if S:
-            pool.acquire(s.sys_chain, sys_hit)
-            holds.append([s.sys_chain, sys_hit])
-        segs = s.segments
-        if takes is None:          # the system prompt missed: the session's own blocks are unreachable
-            self._fork(s, 0, S)
-        else:
-            for j, t in enumerate(takes):
-                if t > 0:
-                    pool.acquire(segs[j][0], t)
-                    holds.append([segs[j][0], t])
-            if stopped < 0:        # no context of its own yet (first turn)
-                self._fork(s, len(segs), S + sum(takes))
-            else:
-                ch = segs[stopped][0]
-                if not (stopped == len(segs) - 1 and takes[stopped] == ch.top):
-                    # what follows the hit differs from what is cached: new content, new chain
-                    t = takes[stopped]
-                    self._fork(s, stopped + 1 if t else stopped, hit)
-                    if t:
-                        ch.cap = min(ch.cap, t)
-        wch, wstart = s.segments[-1]
-        if not (holds and holds[-1][0] is wch):
-            pool.acquire(wch, 0)
-            holds.append([wch, 0])
-        r.write_idx = len(holds) - 1
-        r.write_start = wstart
-        r.holds = holds
-        r.looked_up = True
-        r.c = hit * bs
-        req.computed_tokens = min(r.c, req.prompt_tokens)
-        req.kv_blocks = hit
-        req.cached_tokens = hit * bs
-        if r.first_hit < 0:
-            r.first_hit = hit * bs
-            r.done_hi = hit * bs
-            self.prefix_hit_tokens += hit * bs
-
-    def _fork(self, s: SimSession, keep: int, start: int) -> None:
-        """Content from block `start` on is new: a fresh chain replaces segments `keep` and later."""
-        for ch, _ in s.segments[keep:]:
-            ch.cap = 0
-        ch = Chain()
-        if self.check:
-            self.all_chains.append(ch)
-        s.segments = s.segments[:keep] + [(ch, start)]
-
-    def _extend(self, r: SimRequest, f_old: int, f_new: int) -> None:
-        pool = self.pool
-        S = r.sess.sys_blocks
-        if f_old < S:
-            e = f_new if f_new < S else S
-            h = r.holds[0]
-            pool.extend(h[0], h[1], e - f_old)
-            h[1] += e - f_old
-            f_old = e
-        if f_new > f_old:
-            h = r.holds[r.write_idx]
-            if self.check and h[1] != f_old - r.write_start:
-                raise KVError(f"write chain holds {h[1]} blocks but the request is at block {f_old}")
-            pool.extend(h[0], h[1], f_new - f_old)
-            h[1] += f_new - f_old
-
-    def _release_holds(self, holds: list, private: int) -> None:
-        pool = self.pool
-        for ch, x in reversed(holds):
-            pool.release(ch, x, private)
-            private = 0
-        if private:
-            pool.put_hashless(private)
-
-    @staticmethod
-    def _private(r: SimRequest) -> int:
-        return r.req.kv_blocks - sum(h[1] for h in r.holds)
-
     def _preempt(self, r: SimRequest) -> None:
         req = r.req
-        self._release_holds(r.holds, self._private(r))
+        self.cache.release(r.holds, self.cache.private(r))
         r.holds = []
         r.looked_up = False
         r.c = 0
@@ -728,7 +612,7 @@ class Engine:
         if ep.released:
             raise KVError(f"pin of session {ep.session_id!r} released twice")
         ep.released = True
-        self._release_holds(ep.holds, 0)
+        self.cache.release(ep.holds, 0)
         ep.holds = []
         self.pinned_now -= ep.blocks
         self.pinned_block_seconds += ep.blocks * (self.now - ep.pinned_s)
@@ -820,7 +704,7 @@ class Engine:
             evict_hi = min(shared, prev.input_tokens + prev.output_tokens - 1) // self.bs * self.bs
         r = SimRequest(req, s, turn.output_tokens, valid, evict_hi)
         self.by_req[req] = r
-        req.cached_tokens = self._lookup(r)[0] * self.bs
+        req.cached_tokens = self.cache.lookup(r)[0] * self.bs
         parked = self.pol.on_request_arrival(req, now)
         pin = self.pol.resume_pin(s.sid)
         if pin is not None:
@@ -848,7 +732,7 @@ class Engine:
             ep.policy_pin = pol.record_pin(s.sid, canon, decision.pin, now, handle=ep)
             self._push_wake(ep.policy_pin.expires_s)
         else:
-            self._release_holds(r.holds, private)
+            self.cache.release(r.holds, private)
         r.holds = []
         req.kv_blocks = 0
         s.turns_done += 1
@@ -898,11 +782,11 @@ class Engine:
     def check_invariants(self) -> None:
         private = 0
         for r in self.running:
-            p = self._private(r)
+            p = self.cache.private(r)
             if p < 0:
                 raise KVError(f"request {r.req.request_id} holds {p} private blocks")
             private += p
         for r in self.waiting:
             if r.holds or r.req.kv_blocks:
                 raise KVError(f"waiting request {r.req.request_id} holds blocks")
-        self.pool.check(self.all_chains, private)
+        self.pool.check(self.cache.chains, private)

@@ -21,7 +21,7 @@ def _totals(engine: Engine) -> tuple[int, int, int]:
 def _assert_drained(engine: Engine) -> None:
     assert all(s.finish_s is not None for s in engine.sessions)
     assert engine.pool.free == engine.pool.total, "every block back in the free queue"
-    assert all(not ch.holders for ch in engine.all_chains)
+    assert all(not ch.holders for ch in engine.cache.chains)
     assert engine.pins_made == engine.pins_released and not engine.pins and engine.pinned_now == 0
     assert not engine.running and not engine.waiting and not engine.backlog and not engine.overflow
 
