@@ -7,7 +7,8 @@ pair exists per registered policy name (`scheduler_class_path` maps a name to it
 The adapter is a thin translation layer; every rule lives in `mars_openhands.core.Policy`:
 
 - ordering: before each step `running` and `waiting` are sorted by `Policy.order`; vLLM then
-  serves `running` in list order and admits from the head of `waiting` as usual.
+  serves `running` in list order and admits from the head of `waiting` as usual (`waiting` is
+  left unsorted in steps where no request slot is free: its order cannot matter then).
 - prefill quanta: `_reserve_prefill_lookahead` (the last hook before every allocation, running and
   waiting alike) caps a prefill chunk at `Policy.chunk_tokens`.
 - allocation failure: the KV manager's `allocate_slots` is wrapped; on failure it retries with
@@ -24,6 +25,13 @@ The adapter is a thin translation layer; every rule lives in `mars_openhands.cor
   `_overflow` queue (also outside vLLM's queues, also counted) until running + waiting has room.
 - events: `apply_events` (called between steps through the EngineCore utility added by
   `mars_openhands.vllm.plugin`) feeds `Policy.on_event`.
+- measurements the policy prices with: free/pinned blocks every step, the waiting work's KV
+  demand at the control-loop period, an EMA of the prefill-start latency, and the prefill rate
+  from each prefill-heavy step's model time (`Policy.observe_prefill`).
+
+Under vLLM 0.32's default `scheduler_reserve_full_isl` a waiting prompt is admitted only if it
+fits whole, so chunk shrinking acts on running prefills (and on admission with
+`--no-scheduler-reserve-full-isl`, as in the vLLM releases MARS was built on).
 
 Only the engine thread touches this object, so no locking is needed.
 """
