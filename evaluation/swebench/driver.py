@@ -222,7 +222,7 @@ class Driver:
                 return
             iid = instance["instance_id"]
             threading.current_thread().name = f"swe-{iid}"
-            handler = _ThreadLog(self.files.instance_dir(iid) / "agent.log", threading.current_thread().name)
+            handler = _ThreadLog(self.files.reset_instance_dir(iid) / "agent.log", threading.current_thread().name)
             logging.getLogger().addHandler(handler)
             try:
                 record = self.solve(instance)

@@ -15,6 +15,7 @@ error is kept (the failure is visible) until a re-run retries the instance and r
 from __future__ import annotations
 
 import json
+import shutil
 import threading
 from pathlib import Path
 from typing import Any, Iterable
@@ -66,6 +67,12 @@ class RunFiles:
         path = self.run_dir / "instances" / instance_id
         path.mkdir(parents=True, exist_ok=True)
         return path
+
+    def reset_instance_dir(self, instance_id: str) -> Path:
+        """An empty directory for a new attempt: a retried instance keeps nothing of its last try."""
+        path = self.run_dir / "instances" / instance_id
+        shutil.rmtree(path, ignore_errors=True)
+        return self.instance_dir(instance_id)
 
     def records(self) -> list[dict[str, Any]]:
         return read_jsonl(self.output)

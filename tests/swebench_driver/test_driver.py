@@ -121,8 +121,11 @@ def test_failures_are_recorded_and_never_stop_the_run(tmp_path):
 def test_rerun_skips_finished_and_retries_failed(tmp_path):
     backend = Backend()
     _driver(tmp_path, backend, Agent(crash={"b"})).run(_instances("a", "b", "c"))
+    stale = tmp_path / "run" / "instances" / "b" / "conversation" / "old"
+    stale.mkdir(parents=True)
     agent = Agent()
     summary = _driver(tmp_path, backend, agent).run(_instances("a", "b", "c"))
+    assert not stale.exists()  # a retry starts from an empty instance directory
     assert agent.calls == ["b"] and (summary.skipped, summary.attempted, summary.failed) == (2, 1, 0)
     recs = _driver(tmp_path, backend, agent).files.records()
     assert sorted(r["instance_id"] for r in recs) == ["a", "b", "c"]  # one record per instance
