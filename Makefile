@@ -140,5 +140,6 @@ swebench-run: setup models/tiny/.done
 		--workers $(WORKERS) --policy $(POLICY) --model $(MODEL) --engine-url "$(ENGINE_URL)" \
 		$(if $(MARS_CONFIG),--config $(MARS_CONFIG))
 
+# POLICIES: e.g. mars,fcfs,continuum (default mars,fcfs); runs and plots go to runs/demo.
 demo: setup models/tiny/.done
-	$(AGENT_PY) -m evaluation.swebench.demo
+	$(AGENT_PY) -m evaluation.swebench.demo $(if $(POLICIES),--policies $(POLICIES))
