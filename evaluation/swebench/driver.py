@@ -32,7 +32,6 @@ from evaluation.swebench.isolation import TmuxScope
 from evaluation.swebench.llm_proxy import OracleProxy
 from evaluation.swebench.oracle import ORACLE_LABEL, Oracle, plan_trajectory
 from evaluation.swebench.outputs import RunFiles
-from evaluation.swebench.patches import extract_patch, ignore_build_droppings
 from evaluation.swebench.prompt import render_instruction
 from mars_openhands.openhands.config import MarsConfig
 from mars_openhands.openhands.record import RecordError, record, record_conversation
