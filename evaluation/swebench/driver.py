@@ -53,6 +53,7 @@ class Backend(Protocol):
     def extract_patch(self, workspace: Any, base_commit: str) -> str: ...
     def remove_workspace(self, workspace: Any) -> None: ...
     def grade(self, instance: dict, patch: str, log_dir: Path) -> dict | None: ...
+    def stop(self) -> None: ...
 
 
 @dataclass
@@ -299,6 +300,7 @@ class Driver:
         self.stop.set()
         self.live.pause_all()
         tmux.kill_servers()
+        self.backend.stop()
         if self.proxy is not None:
             self.proxy.close()
             self.proxy = None

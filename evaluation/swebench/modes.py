@@ -67,6 +67,12 @@ class OfflineBackend:
         return grade(instance, patch, log_dir=log_dir, python=self.python,
                      timeout=self.grade_timeout_s).to_json()
 
+    def stop(self) -> None:
+        """Ctrl-C: kill the eval scripts being graded (they run in their own sessions)."""
+        from evaluation.swebench.grading import kill_running_evals
+
+        kill_running_evals()
+
 
 # ---- full ------------------------------------------------------------------------------------
 
@@ -206,6 +212,9 @@ class DockerBackend:
 
     def grade(self, instance: dict, patch: str, log_dir: Path) -> None:
         return None  # the swebench harness grades the whole predictions file after the run
+
+    def stop(self) -> None:
+        """Ctrl-C: containers are removed as each interrupted instance ends (remove_workspace)."""
 
 
 def harness_command(dataset: str, split: str, predictions: Path, run_id: str, workers: int,

@@ -61,6 +61,9 @@ class Backend:
         self.graded[instance["instance_id"]] = patch
         return {"resolved": "FIXED" in patch}
 
+    def stop(self):
+        pass
+
 
 class Agent:
     """Edits a.py; raises for ids in `crash` after a half edit; tracks concurrency."""
