@@ -20,8 +20,6 @@ Turn it off for one process with `MARS_OPENHANDS_PATCH=0`; remove it with
 """
 from __future__ import annotations
 
-import importlib.abc
-import importlib.machinery
 import os
 import sys
 from typing import Any, Callable
@@ -72,21 +70,25 @@ def enable_from_env() -> None:
                                         token=os.environ.get("MARS_EVENTS_TOKEN") or None))
 
 
-class _Loader(importlib.abc.Loader):
-    """Runs the real loader, then the patch for that module."""
+class _Loader:
+    """Runs the real loader, then the patch for that module (duck-typed: importlib.abc costs
+    tens of ms at every interpreter start)."""
 
-    def __init__(self, inner: importlib.abc.Loader, hook: Callable[[Any], None]):
+    def __init__(self, inner: Any, hook: Callable[[Any], None]):
         self.inner, self.hook = inner, hook
 
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> Any:
+    def create_module(self, spec: Any) -> Any:
         return self.inner.create_module(spec)
 
     def exec_module(self, module: Any) -> None:
         self.inner.exec_module(module)
         self.hook(module)
 
+    def __getattr__(self, name: str) -> Any:  # resource readers, get_code, ...: the real loader's
+        return getattr(self.inner, name)
 
-class _Finder(importlib.abc.MetaPathFinder):
+
+class _Finder:
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
         hook = _HOOKS.get(fullname)
         if hook is None:

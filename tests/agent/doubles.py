@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -193,8 +194,11 @@ class ScriptedLLM(_Server):
         sent = {k: v for k, v in headers.items() if k.lower() in ("x-session-id", "x-turn-index")}
         req = urllib.request.Request(f"{self.upstream}/v1/chat/completions", data=json.dumps(fwd).encode(),
                                      headers={"Content-Type": "application/json", **sent})
-        with urllib.request.urlopen(req, timeout=600) as r:
-            return json.load(r)["usage"]
+        try:
+            with urllib.request.urlopen(req, timeout=600) as r:
+                return json.load(r)["usage"]
+        except urllib.error.HTTPError as e:
+            raise RuntimeError(f"engine refused the turn: HTTP {e.code}: {e.read()[:500]!r}") from None
 
     @property
     def requests(self) -> list[LLMRequest]:
