@@ -279,7 +279,7 @@ class MarsSchedulerMixin:
     def _order(self, now: float) -> None:
         creqs, requests = self._creqs, self.requests
         running = [creqs[r.request_id] for r in self.running]   # synced by the last step
-        self.running = _VictimList(requests[c.request_id] for c in self.mars.order(running, now))
+        self.running = _VictimList([requests[c.request_id] for c in self.mars.order(running, now)])
         # Waiting order matters only if this step can admit someone.
         if len(self.waiting) > 1 and len(self.running) < min(self.max_num_running_reqs,
                                                               self.max_num_active_reqs):
@@ -297,6 +297,9 @@ class MarsSchedulerMixin:
 
     def _reserve_prefill_lookahead(self, request: Request, num_computed_tokens: int,
                                    num_new_tokens: int) -> int:
+        if num_new_tokens <= 1:                  # a decode step (hot path): nothing to cap
+            return (super()._reserve_prefill_lookahead(request, num_computed_tokens, num_new_tokens)
+                    if self.num_prefill_lookahead else num_new_tokens)
         n = super()._reserve_prefill_lookahead(request, num_computed_tokens, num_new_tokens)
         c = self._creqs.get(request.request_id)
         if c is None or n <= 1:
