@@ -25,13 +25,12 @@ _CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden
            "torch_dtype": "float32"}
 
 
-def make_scheduler(cls, running: int, prompt: int, steps: int):
+def make_scheduler(cls, running: int, prompt: int, steps: int, folder: Path):
     import torch
     from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
     from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
     from vllm.v1.structured_output import StructuredOutputManager
 
-    folder = Path(tempfile.mkdtemp(prefix="bench-sched-"))
     (folder / "config.json").write_text(json.dumps(_CONFIG))
     blocks = running * (-(-(prompt + steps + 8) // BLOCK)) + 64
     model = ModelConfig(model=str(folder), skip_tokenizer_init=True, dtype="float32",
@@ -58,7 +57,7 @@ def step(s) -> float:
     return time.thread_time() - t0
 
 
-def prepare(cls, running: int, waiting: int, steps: int, prompt: int, configure=None):
+def prepare(cls, running: int, waiting: int, steps: int, prompt: int, folder: Path, configure=None):
     from vllm.sampling_params import SamplingParams
     from vllm.utils.hashing import sha256_cbor
     from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
@@ -66,7 +65,7 @@ def prepare(cls, running: int, waiting: int, steps: int, prompt: int, configure=
 
     init_none_hash(sha256_cbor)
     hasher = get_request_block_hasher(BLOCK, sha256_cbor)
-    s = make_scheduler(cls, running, prompt, steps)
+    s = make_scheduler(cls, running, prompt, steps, folder)
     if configure is not None:
         configure(s)
     for i in range(running + waiting):
@@ -112,12 +111,14 @@ def main(argv: list[str] | None = None) -> int:
         s.mars.ordering.max_active = None
         s.mars.admission = None
 
-    shape = (args.running, args.waiting, args.steps, args.prompt)
-    schedulers = {"stock": prepare(Scheduler, *shape)}
-    for name in args.policies.split(","):
-        cls = getattr(adapter, adapter.scheduler_class_path(name).rsplit(".", 1)[1])
-        schedulers[name] = prepare(cls, *shape, everything_admitted)
-    results = {name: summary(t) for name, t in measure_interleaved(schedulers, args.steps).items()}
+    with tempfile.TemporaryDirectory(prefix="bench-sched-") as tmp:   # a config-only model folder
+        shape = (args.running, args.waiting, args.steps, args.prompt, Path(tmp))
+        schedulers = {"stock": prepare(Scheduler, *shape)}
+        for name in args.policies.split(","):
+            cls = getattr(adapter, adapter.scheduler_class_path(name).rsplit(".", 1)[1])
+            schedulers[name] = prepare(cls, *shape, everything_admitted)
+        times = measure_interleaved(schedulers, args.steps)
+    results = {name: summary(t) for name, t in times.items()}
     base = results["stock"]["mean_ms"]
     for name, r in results.items():
         r["overhead_ms"] = round(r["mean_ms"] - base, 3)
