@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -127,3 +128,18 @@ def test_metrics_flatten_numbers_and_expose_counters():
     assert 'mars_pinned_blocks{policy="mars"} 7.0' in text
     assert 'mars_preemptions_total{policy="mars"} 3.0' in text
     assert 'mars_stats_fresh{policy="mars"} 1.0' in text
+
+
+def test_stop_group_kills_a_group_that_ignores_sigterm():
+    psutil = pytest.importorskip("psutil")
+    proc = subprocess.Popen(["bash", "-c", "trap '' TERM; sleep 300 & sleep 300 & wait"],
+                            start_new_session=True)
+    deadline = time.monotonic() + 10
+    while len(psutil.Process(proc.pid).children()) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+    t0 = time.monotonic()
+    serve.stop_group(proc, grace_s=1.0)
+    gone, alive = psutil.wait_procs(tree, timeout=5)
+    assert not alive and proc.returncode is not None
+    assert 0.9 < time.monotonic() - t0 < 5         # waited the grace period, then SIGKILL
