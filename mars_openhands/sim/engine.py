@@ -85,6 +85,7 @@ class Engine:
         self.waiting: list[SimRequest] = []
         self.overflow: deque[SimRequest] = deque()   # admitted, beyond the policy's active window
         self.backlog: list[SimSession] = []          # sessions parked until admitted
+        self._backlog_core: list | None = None       # the policy's view of `backlog` (cached)
         self.by_req: dict[Request, SimRequest] = {}
         self.cache = SessionCache(self.pool, self.bs, check)
         self.pins: dict[str, EnginePin] = {}         # engine-held pins (policy table or awaiting lookup)
@@ -247,9 +248,10 @@ class Engine:
                 for r in running:
                     req = r.req
                     if req.kv_blocks * bs <= r.c:
-                        pool.take(1)
                         req.kv_blocks += 1
                     sched[r] = 1
+                if grow:
+                    pool.take(grow)
                 budget -= len(running)
             else:
                 budget = self._schedule_running(budget, sched, gone)
@@ -286,7 +288,9 @@ class Engine:
     def _schedule_running(self, budget: int, sched: dict, gone: set) -> int:
         pol, pool, bs, by_req = self.pol, self.pool, self.bs, self.by_req
         ordered = [by_req[q] for q in pol.order([r.req for r in self.running], self.now)]
-        take = pool.take
+        # Blocks are taken from the free queue's head in one go: nothing here reads the queue or
+        # adds to its head in between (releases append), so the same blocks go as one by one.
+        pending = 0
         for i, r in enumerate(ordered):
             if budget <= 0:
                 break
@@ -299,8 +303,8 @@ class Engine:
                     sched[r] = 1
                     budget -= 1
                     continue
-                if pool.free:
-                    take(1)
+                if pool.free > pending:
+                    pending += 1
                     req.kv_blocks += 1
                     sched[r] = 1
                     budget -= 1
@@ -310,13 +314,16 @@ class Engine:
                 n = n0 = self._tokens(r, budget)
             while n > 0:
                 need = -(-(r.c + n) // bs) - req.kv_blocks
-                if need <= pool.free:
+                if need <= pool.free - pending:
                     if need > 0:
-                        pool.take(need)
+                        pending += need
                         req.kv_blocks += need
                     sched[r] = n
                     budget -= n
                     break
+                if pending:
+                    pool.take(pending)
+                    pending = 0
                 m = pol.shrink(n)
                 if m is not None and 0 < m < n:
                     n = m
@@ -330,6 +337,8 @@ class Engine:
                 if victim is r:
                     break
                 n = n0
+        if pending:
+            pool.take(pending)
         return budget
 
     def _schedule_waiting(self, budget: int, sched: dict) -> int:
@@ -656,10 +665,13 @@ class Engine:
 
     def _admit(self) -> None:
         backlog = self.backlog
-        sessions = self.pol.ctx.sessions
-        chosen = self.pol.admit([sessions[s.sid] for s in backlog], self.now)
+        if self._backlog_core is None:
+            sessions = self.pol.ctx.sessions
+            self._backlog_core = [sessions[s.sid] for s in backlog]
+        chosen = self.pol.admit(self._backlog_core, self.now)
         if not chosen:
             return
+        self._backlog_core = None
         ids = {c.session_id for c in chosen}
         keep = []
         for s in backlog:
@@ -713,6 +725,7 @@ class Engine:
         if parked:
             s.parked = r
             self.backlog.append(s)
+            self._backlog_core = None
         else:
             self._enter(r)
 
