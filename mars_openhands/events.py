@@ -105,7 +105,7 @@ class ToolCancelled(Event):
     TYPE: ClassVar[str] = "tool_cancelled"
     session_id: str
     t: float
-    tool_name: str = ""
+    tool_name: str | None = None
     call_id: str | None = None
 
 

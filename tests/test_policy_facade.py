@@ -84,3 +84,26 @@ def test_session_service_accumulates_and_prefill_rate_is_an_ema():
 def test_unknown_policy_is_a_clear_error():
     with pytest.raises(ValueError, match="unknown policy 'nope'"):
         build_policy("nope", EngineShape(10, 16, 1))
+
+
+def test_silent_sessions_give_their_window_slot_back_and_are_not_parked_when_they_return():
+    p = build_policy("mars", EngineShape(10_000, 16, 2))          # window: 4 sessions
+    backlog = []
+    for i in range(6):
+        assert p.on_request_arrival(Request(f"r{i}", f"s{i}", 0.0, 100), 0.0)
+        backlog.append(p.ctx.sessions[f"s{i}"])
+    chosen = p.admit(backlog, 0.0)
+    assert len(chosen) == 4 and p.ctx.admitted_active == 4
+    for s in chosen:                                              # calls finish, no events follow
+        req = Request(f"{s.session_id}-done", s.session_id, 0.0, 100)
+        p.on_request_finished(req, 0, 1.0)
+    p.on_event(ToolStarted("s0", 1.0, "terminal"))                # s0's tool is known to run
+    assert p.admit(backlog[4:], 10.0) == []                       # not yet idle long enough
+    assert [s.session_id for s in p.admit(backlog[4:], 31.2)] == ["s4", "s5"]
+    assert not p.ctx.sessions["s1"].holds_slot and p.ctx.sessions["s0"].holds_slot
+    assert p.on_request_arrival(Request("again", "s1", 40.0, 200), 40.0) is False   # never parked
+    assert p.ctx.sessions["s1"].holds_slot and p.ctx.admitted_active == 4
+    p.on_event(SessionEnded("s1", 41.0))
+    assert p.ctx.admitted_active == 3
+    p.release_idle(1.0 + p.forget_after_s)                        # silent for an hour: forgotten
+    assert set(p.ctx.sessions) == {"s4", "s5"} and p.ctx.admitted_active == 2

@@ -46,7 +46,15 @@ class Policy:
     ctx: PolicyContext
     #: Upper bound on pinned KV as a fraction of all blocks.
     max_pinned_fraction: float = 0.5
+    #: An admitted session with no call in the engine and no tool known to run gives its window
+    #: slot back after this long, so admission degrades safely when boundary events stop arriving
+    #: (no session_ended ever comes); its next call is still never parked. A tool known to run
+    #: keeps the slot up to `stale_tool_s`; a session silent for `forget_after_s` is forgotten.
+    idle_release_s: float = 30.0
+    stale_tool_s: float = 3600.0
+    forget_after_s: float = 3600.0
     _next_tick: float = field(default=-math.inf, repr=False)
+    _next_idle_scan: float = field(default=-math.inf, repr=False)
 
     # ---- arrivals and admission --------------------------------------------------------------
 
@@ -62,6 +70,9 @@ class Policy:
         self.ordering.on_arrival(req, ctx)
         if not s.admitted and self.admission is None:
             self._mark_admitted(s, now)
+        elif s.admitted and not s.holds_slot:      # back after an idle release: count it again
+            s.holds_slot = True
+            ctx.admitted_active += 1
         return not s.admitted
 
     def resume_pin(self, session_id: str) -> Pin | None:
@@ -85,6 +96,9 @@ class Policy:
             chosen = list(backlog)
         else:
             if now >= self._next_tick:
+                if now >= self._next_idle_scan:
+                    self.release_idle(now)
+                    self._next_idle_scan = now + 1.0
                 self.admission.tick(self.ctx)
                 self._next_tick = now + self.admission.interval_s
             chosen = self.admission.select(backlog, self.ctx) if backlog else []
@@ -93,8 +107,27 @@ class Policy:
         return chosen
 
     def _mark_admitted(self, s: Session, now: float) -> None:
-        s.admitted, s.admitted_s = True, now
+        s.admitted, s.admitted_s, s.holds_slot = True, now, True
         self.ctx.admitted_active += 1
+
+    def release_idle(self, now: float) -> list[Session]:
+        """Give back the window slots of silent sessions (see `idle_release_s`); returns them."""
+        ctx, released, forget = self.ctx, [], []
+        for s in ctx.sessions.values():
+            if s.turns != s.turns_finished or s.last_turn_finished_s is None:
+                continue                                   # a call is in the engine or parked
+            idle = now - s.last_turn_finished_s
+            if s.holds_slot and idle >= (self.idle_release_s if s.in_tool is None else self.stale_tool_s):
+                s.holds_slot = False
+                ctx.admitted_active -= 1
+                released.append(s)
+            if idle >= self.forget_after_s and ctx.pins.get(s.session_id) is None:
+                forget.append(s.session_id)
+        for sid in forget:
+            s = ctx.sessions.pop(sid)
+            if s.holds_slot:
+                ctx.admitted_active -= 1
+        return released
 
     # ---- one engine step ---------------------------------------------------------------------
 
@@ -223,7 +256,7 @@ class Policy:
                 release.extend(p for p in [ctx.pins.pop(ev.session_id)] if p is not None)
                 if s is not None:
                     self.retention.on_session_ended(s, ctx)
-                    if s.admitted and not s.ended:
+                    if s.holds_slot:
                         ctx.admitted_active -= 1
                     s.ended = True
                     del ctx.sessions[ev.session_id]

@@ -253,8 +253,6 @@ def test_priority_queue_discipline_is_refused_with_a_clear_message(model_dir):
         make_scheduler(FcfsScheduler, model_dir, queue_policy="priority")
 
 
-@pytest.mark.xfail(strict=True, reason="core admission: an admitted session that goes silent (no "
-                   "session_ended event ever arrives) holds its window slot forever")
 def test_mars_admission_recovers_when_events_stop_arriving(model_dir, monkeypatch):
     """40 one-call sessions, no boundary events at all: every parked session must still be
     admitted eventually (issue 3: "if events stop arriving, admission degrades safely")."""
