@@ -605,7 +605,6 @@ class Engine:
         req = r.req
         self.cache.release(r.holds, self.cache.private(r))
         r.holds = []
-        r.looked_up = False
         r.c = 0
         req.computed_tokens = 0
         req.kv_blocks = 0
@@ -748,7 +747,6 @@ class Engine:
             self.cache.release(r.holds, private)
         r.holds = []
         req.kv_blocks = 0
-        s.turns_done += 1
         self._emit(TurnFinished(s.sid, now, req.turn_index, req.output_tokens, req.context_tokens,
                                 req.request_id))
         turn = s.trace.turns[s.k]

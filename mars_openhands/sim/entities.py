@@ -12,7 +12,7 @@ from mars_openhands.workload.trace import SessionTrace
 
 class SimSession:
     __slots__ = ("trace", "sid", "k", "sys_blocks", "sys_chain", "segments", "parked", "finish_s",
-                 "ideal_s", "turns_done", "recomputed")
+                 "recomputed")
 
     def __init__(self, trace: SessionTrace, sys_blocks: int, sys_chain: Chain | None) -> None:
         self.trace = trace
@@ -24,8 +24,6 @@ class SimSession:
         self.segments: list[tuple[Chain, int]] = []
         self.parked: SimRequest | None = None
         self.finish_s: float | None = None
-        self.ideal_s = 0.0
-        self.turns_done = 0
         self.recomputed = 0                 # prefill tokens this session computed again
 
 
@@ -33,7 +31,7 @@ class SimRequest:
     """One LLM call. `req` is the policy-visible view; the rest is the engine's."""
 
     __slots__ = ("req", "sess", "target", "c", "holds", "write_idx", "write_start", "valid_blocks",
-                 "done_hi", "evict_hi", "looked_up", "first_hit", "resume_pin", "enqueued_s")
+                 "done_hi", "evict_hi", "first_hit", "resume_pin", "enqueued_s")
 
     def __init__(self, req: Request, sess: SimSession, target: int, valid_blocks: int,
                  evict_hi: int) -> None:
@@ -47,7 +45,6 @@ class SimRequest:
         self.valid_blocks = valid_blocks    # session blocks of earlier context that this prompt shares
         self.done_hi = 0                    # most tokens ever in KV for this call (recompute accounting)
         self.evict_hi = evict_hi            # tokens of this prompt the session computed in earlier turns
-        self.looked_up = False              # holds blocks (prefix lookup committed since the last preemption)
         self.first_hit = -1                 # prefix-hit tokens of the first lookup
         self.resume_pin: EnginePin | None = None   # previous turn's pin, released after the lookup
         self.enqueued_s = 0.0

@@ -101,7 +101,6 @@ class SessionCache:
         r.write_idx = len(holds) - 1
         r.write_start = wstart
         r.holds = holds
-        r.looked_up = True
         r.c = hit * bs
         req.computed_tokens = min(r.c, req.prompt_tokens)
         req.kv_blocks = hit
