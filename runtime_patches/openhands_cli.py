@@ -108,8 +108,7 @@ def _main(orig: Callable[[], Any]) -> Callable[[], Any]:
         finally:
             instrument.disable()  # flush within the exit budget, then report delivery
             if inst.emitter is not None:
-                st = inst.emitter.stats
-                print(f"mars events: {st.sent} sent, {st.dropped} dropped to {cfg.mars.events_url}",
+                print(f"mars events: {inst.emitter.stats.summary()} to {cfg.mars.events_url}",
                       file=sys.stderr)
     return main
 

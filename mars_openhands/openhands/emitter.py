@@ -41,6 +41,10 @@ class EmitterStats:
     def dropped(self) -> int:
         return self.dropped_full + self.dropped_failed
 
+    def summary(self) -> str:
+        return (f"{self.sent} sent, {self.dropped} dropped ({self.dropped_full} buffer full, "
+                f"{self.dropped_failed} delivery failed)")
+
 
 class EventEmitter:
     """Non-blocking, batched, bounded event delivery to one `/mars/v1/events` endpoint."""
@@ -115,9 +119,7 @@ class EventEmitter:
         self._client.close()
         atexit.unregister(self.close)
         if self.stats.dropped:
-            log.warning("mars events: %d sent, %d dropped (%d buffer full, %d delivery failed) to %s",
-                        self.stats.sent, self.stats.dropped, self.stats.dropped_full,
-                        self.stats.dropped_failed, self.config.events_url)
+            log.warning("mars events: %s to %s", self.stats.summary(), self.config.events_url)
 
     # ---- sender thread ---------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 from mars_openhands.events import SessionEnded, ToolCancelled, ToolFinished, ToolStarted
 from mars_openhands.openhands.config import EmitterConfig
@@ -49,12 +49,11 @@ class ToolSpan:
 
 
 def describe_action(action: Any) -> str | None:
-    """The command a tool call runs, as the engine's duration predictor classifies it."""
-    parts = []
-    for attr in ("command", "path", "pattern"):
-        value = getattr(action, attr, None)
-        if isinstance(value, str) and value:
-            parts.append(value)
+    """The command a tool call runs, as the engine's duration predictor classifies it.
+
+    `action` is an SDK Action or its persisted JSON form (a mapping)."""
+    get = action.get if isinstance(action, Mapping) else lambda k: getattr(action, k, None)
+    parts = [v for v in map(get, ("command", "path", "pattern")) if isinstance(v, str) and v]
     return " ".join(parts)[:_COMMAND_MAX] or None
 
 

@@ -21,6 +21,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from mars_openhands.openhands.instrument import describe_action
 from mars_openhands.workload.trace import SessionTrace, ToolCall, Turn, write_trace
 
 _FINAL_TOOLS = {"finish"}
@@ -65,11 +66,6 @@ def _usages(state: dict[str, Any], path: Path) -> dict[str, tuple[int, int]]:
             if u.get("response_id"):
                 out[u["response_id"]] = (int(u.get("prompt_tokens") or 0), int(u.get("completion_tokens") or 0))
     return out
-
-
-def _command(action: dict[str, Any]) -> str | None:
-    parts = [str(action[k]) for k in ("command", "path", "pattern") if isinstance(action.get(k), str) and action[k]]
-    return " ".join(parts) or None
 
 
 def _responses(events_dir: Path) -> tuple[list[_Response], float]:
@@ -119,7 +115,7 @@ def record_conversation(conv_dir: str | Path, *, arrival_s: float = 0.0) -> tupl
         if calls:
             if resp.t_last_obs is None:
                 raise RecordError(f"{d}: tool call of response {resp.response_id!r} has no observation")
-            cmds = [c for c in map(_command, calls) if c]
+            cmds = [c for c in map(describe_action, calls) if c]
             tool = ToolCall(name=calls[0]["tool"], duration_s=max(0.0, resp.t_last_obs - resp.t_first),
                             command=" ; ".join(cmds) or None)
         turns.append(Turn(input_tokens=max(1, prompt), output_tokens=max(1, completion), tool=tool))

@@ -124,8 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         instrument.disable()
     print(f"conversation {conv_id}: {status}")
     if stats is not None:
-        print(f"mars events: {stats.sent} sent, {stats.dropped} dropped "
-              f"({stats.dropped_full} buffer full, {stats.dropped_failed} delivery failed)")
+        print(f"mars events: {stats.summary()}")
     return 0 if status == "finished" else 1
 
 

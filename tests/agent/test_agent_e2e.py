@@ -155,7 +155,7 @@ def test_engine_down_agent_still_finishes_and_reports_drops(tmp_path):
         elapsed = time.monotonic() - t0
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "finished" in proc.stdout and (ws / "one.txt").exists()
-    assert "mars events: 0 sent, 9 dropped" in proc.stdout
+    assert "mars events: 0 sent, 9 dropped (0 buffer full, 9 delivery failed)" in proc.stdout
     assert elapsed < 120
 
 
@@ -177,7 +177,7 @@ def test_stock_cli_with_mars_toml(tmp_path):
     assert (ws / "one.txt").read_text() == "one\n"
     finished = _check_stream(events, session_id, [s.args["command"] for s in _script()])
     assert [f.exit_status for f in finished] == [0, 3, 0, 0]
-    assert f"mars events: 9 sent, 0 dropped to {srv.url}" in proc.stderr
+    assert f"mars events: 9 sent, 0 dropped (0 buffer full, 0 delivery failed) to {srv.url}" in proc.stderr
     assert list((tmp_path / "conv").iterdir())  # persistence_dir from mars.toml was used
 
 
@@ -185,6 +185,19 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def _wait_healthy(proc: subprocess.Popen, url: str, log: Path, timeout_s: float) -> None:
+    """Poll `url` until it answers; fail with the server's log if it dies or takes too long."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        assert proc.poll() is None, log.read_text()[-3000:]
+        assert time.monotonic() < deadline, f"{url} not up after {timeout_s} s:\n{log.read_text()[-3000:]}"
+        try:
+            urllib.request.urlopen(url, timeout=2)
+            return
+        except OSError:
+            time.sleep(0.5)
 
 
 def test_remote_conversation_on_agent_server(tmp_path):
@@ -198,15 +211,7 @@ def test_remote_conversation_on_agent_server(tmp_path):
                                    "--port", str(port)], cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT,
                                   env={**os.environ, "MARS_EVENTS_URL": srv.url}, start_new_session=True)
         try:
-            deadline = time.monotonic() + 120
-            while True:
-                assert server.poll() is None, (tmp_path / "server.log").read_text()[-3000:]
-                assert time.monotonic() < deadline, "agent-server did not come up"
-                try:
-                    urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1)
-                    break
-                except OSError:
-                    time.sleep(0.3)
+            _wait_healthy(server, f"http://127.0.0.1:{port}/health", tmp_path / "server.log", 180)
             cfg = write_mars_toml(tmp_path / "mars.toml", llm=llm, events_url=None, workdir=ws,
                                   persist=tmp_path / "conv")
             proc = _run_launcher(cfg, "make one.txt", "--server", f"http://127.0.0.1:{port}")
@@ -248,15 +253,7 @@ def live_engine(tmp_path):
                             cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env)
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 400
-        while True:
-            assert proc.poll() is None, (tmp_path / "serve.log").read_text()[-3000:]
-            assert time.monotonic() < deadline, "engine did not come up"
-            try:
-                urllib.request.urlopen(f"{base}/health", timeout=2)
-                break
-            except OSError:
-                time.sleep(1)
+        _wait_healthy(proc, f"{base}/health", tmp_path / "serve.log", 400)
         yield base
     finally:
         proc.send_signal(signal.SIGTERM)  # serve stops its whole process group
