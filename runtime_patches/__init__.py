@@ -1,0 +1,1 @@
+"""Version-guarded patches of OpenHands / vLLM internals, each small and tested."""
