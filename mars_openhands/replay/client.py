@@ -76,9 +76,10 @@ def stat_value(d: dict | None, *paths: str) -> float | None:
 
 
 def timeline_point(t: float, stats: dict | None, metrics: dict[str, float]) -> tuple:
-    """One timeline sample from the MARS stats document and vLLM's Prometheus metrics."""
-    window = stat_value(stats, "admission.window", "admission_window", "window")
-    pinned = stat_value(stats, "pins.pinned_blocks", "pinned_blocks", "kv.pinned_blocks") or 0
+    """One timeline sample from the MARS stats document (`mars_stats()` of the vLLM adapter) and
+    vLLM's Prometheus metrics; a stock server without stats gives no window and no pins."""
+    window = stat_value(stats, "admission.window")
+    pinned = stat_value(stats, "pinned_blocks") or 0
     return (t, window, float(metrics.get("vllm:kv_cache_usage_perc", 0.0)), int(pinned),
             int(metrics.get("vllm:num_requests_running", 0)), int(metrics.get("vllm:num_requests_waiting", 0)))
 
