@@ -88,8 +88,9 @@ test-core: setup-engine
 test-agent: setup-agent models/tiny/.done
 	$(AGENT_PY) -m pytest -q -m "agent and not slow" $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
-test-slow: setup
+test-slow: setup models/tiny/.done
 	$(PY) -m pytest -q -m "slow and not agent" $(PYTEST_ARGS)
+	$(AGENT_PY) -m pytest -q -m "slow and agent" $(PYTEST_ARGS)
 
 bench-sim: setup-engine
 	$(PY) -m mars_openhands.sim.bench
