@@ -5,7 +5,9 @@
   between two engine steps through the `mars_events` EngineCore utility. With `MARS_EVENTS_TOKEN`
   set, a request without `Authorization: Bearer <token>` gets 401.
 - `GET /mars/v1/stats`: the scheduler's `mars_stats()` (admission window, pressure, parked and
-  pinned sessions, counters).
+  pinned sessions, counters). `GET /mars/v1/stats?session=<id>` instead returns that session's
+  history: turns submitted and finished, tool calls, pins taken and released (with the reason),
+  in order with engine timestamps (404 if the engine keeps none for it).
 - `mars_*` gauges and counters in vLLM's own `/metrics`, refreshed from the same stats.
 - a middleware that folds `x-litellm-session-id` / `prompt_cache_key` into `X-Session-ID` (see
   `mars_openhands.vllm.session` for the precedence).
@@ -26,7 +28,7 @@ from fastapi.responses import JSONResponse
 from starlette.datastructures import State
 
 from mars_openhands.events import EventError, parse_batch
-from mars_openhands.vllm.plugin import EVENTS_METHOD, STATS_METHOD
+from mars_openhands.vllm.plugin import EVENTS_METHOD, HISTORY_METHOD, STATS_METHOD
 
 TOKEN_ENV = "MARS_EVENTS_TOKEN"
 #: Seconds between refreshes of the `mars_*` Prometheus metrics.
@@ -77,12 +79,27 @@ async def post_events(request: Request) -> JSONResponse:
 
 
 async def get_stats(request: Request) -> JSONResponse:
+    if "session" in request.query_params:
+        return await _session_history(request.query_params["session"], request)
     try:
         stats = await _utility(request, STATS_METHOD)
     except Exception as e:
         return _error(503, f"engine stats unavailable: {e}")
     request.app.state.mars_collector.update(stats)
     return JSONResponse(stats)
+
+
+async def _session_history(session_id: str, request: Request) -> JSONResponse:
+    if not session_id:
+        return _error(400, "session: must not be empty (GET /mars/v1/stats?session=<session id>)")
+    try:
+        history = await _utility(request, HISTORY_METHOD, session_id)
+    except Exception as e:
+        return _error(503, f"engine session history unavailable: {e}")
+    if history is None:
+        return _error(404, f"session {session_id!r}: no history in the engine (never seen, or "
+                           "dropped: only the most recently active sessions are kept)")
+    return JSONResponse(history)
 
 
 class SessionIdMiddleware:

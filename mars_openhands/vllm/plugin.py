@@ -11,6 +11,7 @@ from typing import Any
 
 EVENTS_METHOD = "mars_events"
 STATS_METHOD = "mars_stats"
+HISTORY_METHOD = "mars_session_history"
 
 
 def _scheduler(engine_core: Any) -> Any:
@@ -30,9 +31,15 @@ def mars_stats(self: Any) -> dict:
     return _scheduler(self).mars_stats()
 
 
+def mars_session_history(self: Any, session_id: str) -> dict | None:
+    """One session's recorded boundary happenings in order; None if the engine keeps none."""
+    return _scheduler(self).session_history(str(session_id))
+
+
 def register() -> None:
     from vllm.v1.engine.core import EngineCore
 
-    for name, fn in ((EVENTS_METHOD, mars_events), (STATS_METHOD, mars_stats)):
+    for name, fn in ((EVENTS_METHOD, mars_events), (STATS_METHOD, mars_stats),
+                     (HISTORY_METHOD, mars_session_history)):
         if getattr(EngineCore, name, None) is not fn:
             setattr(EngineCore, name, fn)

@@ -25,6 +25,9 @@ The adapter is a thin translation layer; every rule lives in `mars_openhands.cor
   `_overflow` queue (also outside vLLM's queues, also counted) until running + waiting has room.
 - events: `apply_events` (called between steps through the EngineCore utility added by
   `mars_openhands.vllm.plugin`) feeds `Policy.on_event`.
+- history: each session's boundary happenings (turns, tool calls, pins taken and released, with
+  engine timestamps) are kept in a bounded `SessionHistory`, so `/mars/v1/stats?session=<id>`
+  can show what the scheduler did for one agent run, in order.
 - measurements the policy prices with: free/pinned blocks every step, the waiting work's KV
   demand at the control-loop period, an EMA of the prefill-start latency, and the prefill rate
   from each prefill-heavy step's model time (`Policy.observe_prefill`).
@@ -39,7 +42,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections import Counter, deque
+from collections import Counter, OrderedDict, deque
 from typing import Any, Callable, Iterable, Sequence
 
 from vllm.v1.core.kv_cache_utils import KVCacheBlock
@@ -51,7 +54,8 @@ from vllm.v1.request import Request, RequestStatus
 
 from mars_openhands.core import EngineShape, Pin, Policy, build_policy, policy_names
 from mars_openhands.core import Request as CoreRequest
-from mars_openhands.events import parse_event
+from mars_openhands.events import (SessionEnded, ToolCancelled, ToolFinished, ToolStarted,
+                                   parse_event)
 from mars_openhands.vllm.scheduler_path import class_stem, scheduler_class_path  # noqa: F401 (re-export)
 from mars_openhands.vllm.session import session_of, tool_hint_of, turn_index_of
 
@@ -69,6 +73,66 @@ MIN_PREFILL_SAMPLE = 256
 
 #: Seconds the engine loop naps when only parked requests exist (vLLM would spin at 1 ms).
 PARKED_IDLE_S = 0.01
+
+#: Happenings kept per session (oldest dropped first) and sessions kept (least recently active
+#: dropped first) by `SessionHistory`: enough for a long agent run, a few MB at most.
+HISTORY_PER_SESSION = 256
+HISTORY_SESSIONS = 1024
+
+#: The fields of each kind of history entry, in the order `SessionHistory.add` receives them.
+HISTORY_FIELDS: dict[str, tuple[str, ...]] = {
+    "turn_submitted": ("request_id", "turn_index", "prompt_tokens"),
+    "turn_finished": ("request_id", "turn_index", "output_tokens", "status"),
+    "tool_started": ("tool_name", "command", "call_id", "event_t"),
+    "tool_finished": ("tool_name", "duration_s", "exit_status", "call_id", "event_t"),
+    "tool_cancelled": ("tool_name", "call_id", "event_t"),
+    "session_ended": ("reason", "event_t"),
+    "pin_taken": ("blocks", "ttl_s"),
+    "pin_released": ("reason", "blocks", "held_s"),
+}
+
+#: Counter of each pin-release reason whose name is not `pins_released_on_<reason>`.
+_PIN_COUNTERS = {"resume": "pins_resumed", "ttl": "pins_expired", "revoked": "pins_revoked"}
+
+
+class SessionHistory:
+    """Bounded, ordered record of each session's boundary happenings, for inspection.
+
+    Appending is one tuple into a `deque(maxlen)` (the engine thread pays almost nothing); the
+    dictionaries callers see are built only when asked for.
+    """
+
+    def __init__(self, per_session: int = HISTORY_PER_SESSION,
+                 max_sessions: int = HISTORY_SESSIONS) -> None:
+        if per_session < 1 or max_sessions < 1:
+            raise ValueError(f"SessionHistory bounds must be >= 1 (got per_session={per_session}, "
+                             f"max_sessions={max_sessions})")
+        self.per_session, self.max_sessions = per_session, max_sessions
+        self._logs: OrderedDict[str, list] = OrderedDict()   # session id -> [entries, total added]
+
+    def __len__(self) -> int:
+        return len(self._logs)
+
+    def add(self, session_id: str, t: float, kind: str, *detail: Any) -> None:
+        log = self._logs.get(session_id)
+        if log is None:
+            log = self._logs[session_id] = [deque(maxlen=self.per_session), 0]
+            if len(self._logs) > self.max_sessions:
+                self._logs.popitem(last=False)
+        else:
+            self._logs.move_to_end(session_id)
+        log[0].append((t, kind, detail))
+        log[1] += 1
+
+    def get(self, session_id: str) -> dict | None:
+        """The session's kept entries, oldest first, as dictionaries; None if none are kept."""
+        log = self._logs.get(session_id)
+        if log is None:
+            return None
+        entries, total = log
+        return {"session_id": session_id, "dropped_entries": total - len(entries),
+                "history": [{"t": t, "event": kind, **dict(zip(HISTORY_FIELDS[kind], detail))}
+                            for t, kind, detail in entries]}
 
 
 class _VictimList(list):
@@ -126,6 +190,7 @@ class MarsSchedulerMixin:
                             tool_workers=workers)
         self.mars: Policy = build_policy(self.POLICY, shape)   # (vLLM's `self.policy` is FCFS)
         self.mars_counters: Counter[str] = Counter()
+        self.history = SessionHistory()
         self._creqs: dict[str, CoreRequest] = {}
         self._parked: dict[str, list[Request]] = {}       # session id -> its parked calls
         self._num_parked = 0
@@ -152,6 +217,8 @@ class MarsSchedulerMixin:
                            request.num_prompt_tokens, turn_index=turn_index_of(request),
                            cached_tokens=self._expected_hit(request))
         self._creqs[request.request_id] = creq
+        self.history.add(creq.session_id, now, "turn_submitted", request.request_id,
+                         creq.turn_index, creq.prompt_tokens)
         park = self.mars.on_request_arrival(creq, now)
         pin = self.mars.resume_pin(creq.session_id)
         if pin is not None:
@@ -250,7 +317,7 @@ class MarsSchedulerMixin:
         now = self.clock()
         self._sync_kv_state(now)
         for pin in self.mars.expired_pins(now):
-            self._unpin(pin, "pins_expired")
+            self._unpin(pin, "ttl")
         self._admit_parked(now)
         self._fill_active()
         self._order(now)
@@ -328,7 +395,7 @@ class MarsSchedulerMixin:
             for pin in self.mars.revocation_order():
                 if self.mars.release_pin(pin.session_id) is None:
                     continue
-                self._unpin(pin, "pins_revoked")
+                self._unpin(pin, "revoked")
                 blocks = self._try_sizes(request, num_new_tokens, args, kwargs)
                 if blocks is not None:
                     break
@@ -401,7 +468,7 @@ class MarsSchedulerMixin:
                 wait = now - self._enqueued_s.pop(rid, now)
                 kv.prefill_start_latency_s += LATENCY_EMA * (wait - kv.prefill_start_latency_s)
             if resume and rid in resume:  # its prefix lookup is done: it holds the blocks now
-                self._unpin(resume.pop(rid), "pins_resumed")
+                self._unpin(resume.pop(rid), "resume")
         self.mars.on_step(scheduled, _CoreView(self.waiting, creqs), now)
         self._exec_prefill, self._exec_started = prefill, time.perf_counter()
 
@@ -424,11 +491,13 @@ class MarsSchedulerMixin:
         self._enqueued_s.pop(rid, None)
         pin = self._resume_pins.pop(rid, None)
         if pin is not None:
-            self._unpin(pin, "pins_resumed")
+            self._unpin(pin, "resume")
         if c is None:
             return
         now = self.clock()
         self._sync(c, request)
+        self.history.add(c.session_id, now, "turn_finished", rid, c.turn_index, c.output_tokens,
+                         "aborted" if aborted else "finished")
         if not aborted:
             session = self.mars.ctx.sessions.get(c.session_id)
             hint = tool_hint_of(request, c.session_id, now)
@@ -438,15 +507,16 @@ class MarsSchedulerMixin:
         blocks = [] if aborted else self._pinnable_blocks(rid)
         decision = self.mars.on_request_finished(c, len(blocks), now)
         for old in decision.release:
-            self._unpin(old, "pins_released_on_finish")
+            self._unpin(old, "finish")
         if aborted:
             old = self.mars.release_pin(c.session_id)
             if old is not None:
-                self._unpin(old, "pins_released_on_abort")
+                self._unpin(old, "abort")
         elif decision.pin is not None:
             self.kv_cache_manager.block_pool.touch(blocks)
             self.mars.record_pin(c.session_id, len(blocks), decision.pin, now, handle=blocks)
             self.mars_counters["pins_created"] += 1
+            self.history.add(c.session_id, now, "pin_taken", len(blocks), decision.pin.ttl_s)
 
     def _pinnable_blocks(self, rid: str) -> list[KVCacheBlock]:
         """The call's full, hashed, non-null blocks in all KV groups (what the next turn can hit)."""
@@ -455,21 +525,26 @@ class MarsSchedulerMixin:
                 if not b.is_null and b.block_hash is not None]
 
     def _unpin(self, pin: Pin, reason: str) -> None:
-        """Release one pin: exactly one `free_blocks` per `touch`, tail blocks evicted first."""
+        """Release one pin: exactly one `free_blocks` per `touch`, tail blocks evicted first.
+
+        `reason`: resume, ttl, revoked, finish, abort, reset, or the event type that released it.
+        """
         blocks = pin.handle
         if blocks is None:
             raise RuntimeError(f"pin of session {pin.session_id!r} released twice")
         pin.handle = None
         self.kv_cache_manager.block_pool.free_blocks(reversed(blocks))
-        self.mars_counters[reason] += 1
+        self.mars_counters[_PIN_COUNTERS.get(reason, f"pins_released_on_{reason}")] += 1
+        now = self.clock()
+        self.history.add(pin.session_id, now, "pin_released", reason, pin.blocks, now - pin.pinned_s)
 
     def release_all_pins(self) -> int:
         pins = [p for p in self.mars.ctx.pins]
         for pin in pins:
             self.mars.release_pin(pin.session_id)
-            self._unpin(pin, "pins_released_on_reset")
+            self._unpin(pin, "reset")
         for rid in list(self._resume_pins):
-            self._unpin(self._resume_pins.pop(rid), "pins_released_on_reset")
+            self._unpin(self._resume_pins.pop(rid), "reset")
         return len(pins)
 
     def reset_prefix_cache(self, *args: Any, **kwargs: Any) -> bool:
@@ -481,11 +556,29 @@ class MarsSchedulerMixin:
     def apply_events(self, events: list[dict]) -> int:
         """Feed wire-form events (validated again here: the engine trusts no caller)."""
         parsed = [parse_event(e) for e in events]
+        now = self.clock()
         for ev in parsed:
+            self._record_event(ev, now)
             for pin in self.mars.on_event(ev):
-                self._unpin(pin, f"pins_released_on_{ev.TYPE}")
+                self._unpin(pin, ev.TYPE)
         self.mars_counters["events"] += len(parsed)
         return len(parsed)
+
+    def _record_event(self, ev: Any, now: float) -> None:
+        """History entry of a session's boundary event (`event_t`: the sender's own timestamp)."""
+        add, sid = self.history.add, getattr(ev, "session_id", None)
+        if isinstance(ev, ToolStarted):
+            add(sid, now, ev.TYPE, ev.tool_name, ev.command, ev.call_id, ev.t)
+        elif isinstance(ev, ToolFinished):
+            add(sid, now, ev.TYPE, ev.tool_name, ev.duration_s, ev.exit_status, ev.call_id, ev.t)
+        elif isinstance(ev, ToolCancelled):
+            add(sid, now, ev.TYPE, ev.tool_name, ev.call_id, ev.t)
+        elif isinstance(ev, SessionEnded):
+            add(sid, now, ev.TYPE, ev.reason, ev.t)
+
+    def session_history(self, session_id: str) -> dict | None:
+        """The session's recorded happenings in order (see `SessionHistory.get`)."""
+        return self.history.get(session_id)
 
     def mars_stats(self) -> dict:
         pool = self.kv_cache_manager.block_pool

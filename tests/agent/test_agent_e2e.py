@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
 import uuid
 from pathlib import Path
@@ -261,19 +262,68 @@ def live_engine(tmp_path):
         log.close()
 
 
-def _engine_stats(base: str) -> dict:
-    with urllib.request.urlopen(f"{base}/mars/v1/stats", timeout=30) as r:
+def _engine_stats(base: str, session: str | None = None) -> dict:
+    query = f"?session={urllib.parse.quote(session)}" if session else ""
+    with urllib.request.urlopen(f"{base}/mars/v1/stats{query}", timeout=30) as r:
         return json.load(r)
+
+
+def _recorded_tool_durations(conv_dir: Path, trace: Path) -> list[float]:
+    """The agent's own per-tool wall times: the SDK's persisted action/observation timestamps."""
+    rec = run_py([sys.executable, "-m", "mars_openhands.openhands.record", str(conv_dir), "-o", str(trace)])
+    assert rec.returncode == 0, rec.stderr
+    (session,) = read_trace(trace)
+    return [t.tool.duration_s for t in session.turns if t.tool is not None]
+
+
+def _check_engine_history(hist: list[dict], commands: list[str], measured: list[float]) -> None:
+    """The engine's record of one agent run: 4 turns; each of the 3 tool turns pinned when it ended
+    and released on resume (after the next turn arrived, before it finished), the pin covering the
+    tool's run; every tool call reported with the duration the agent measured; nothing pinned after
+    session_ended. Engine and agent share the host clock (`t` engine, `event_t` agent)."""
+    at = {kind: [i for i, e in enumerate(hist) if e["event"] == kind] for kind in
+          ("turn_submitted", "turn_finished", "tool_started", "tool_finished", "pin_taken",
+           "pin_released", "session_ended")}
+    sub, fin = at["turn_submitted"], at["turn_finished"]
+    assert [hist[i]["turn_index"] for i in sub] == [0, 1, 2, 3], hist
+    assert [hist[i]["status"] for i in fin] == ["finished"] * 4, hist
+    assert sub[0] < fin[0] < sub[1] < fin[1] < sub[2] < fin[2] < sub[3] < fin[3], hist
+    starts, ends = [hist[i] for i in at["tool_started"]], [hist[i] for i in at["tool_finished"]]
+    assert [e["call_id"] for e in starts] == [e["call_id"] for e in ends] == [f"call_{k}" for k in range(4)]
+    assert [e["command"] for e in starts[:3]] == commands and starts[3]["tool_name"] == "finish"
+    assert all(a < b for a, b in zip(at["tool_started"], at["tool_finished"]))
+    assert len(measured) == 3
+    for k in range(3):
+        taken = [i for i in at["pin_taken"] if fin[k] < i < sub[k + 1]]
+        released = [i for i in at["pin_released"] if fin[k] < i < fin[k + 1]]
+        assert len(taken) == 1 and [hist[i]["reason"] for i in released] == ["resume"], (k, hist)
+        (t_i,), (r_i,) = taken, released
+        assert sub[k + 1] < r_i and t_i < at["tool_started"][k], (k, hist)
+        pin, rel, end = hist[t_i], hist[r_i], ends[k]
+        assert end["tool_name"] == "terminal" and abs(end["duration_s"] - measured[k]) < TOLERANCE_S, \
+            (k, end["duration_s"], measured[k])
+        tool_start = end["event_t"] - end["duration_s"]
+        assert pin["t"] - TOLERANCE_S <= tool_start and end["event_t"] <= rel["t"] + TOLERANCE_S, (k, pin, end, rel)
+        assert rel["held_s"] >= end["duration_s"] - TOLERANCE_S and abs(rel["held_s"] - (rel["t"] - pin["t"])) < 1e-6
+    assert ends[1]["exit_status"] == 3 and ends[1]["duration_s"] >= 0.4
+    (end_i,) = at["session_ended"]
+    assert hist[end_i]["reason"] == "finished"
+    assert not [i for i in at["pin_taken"] if i > end_i], hist
+    assert len(at["pin_taken"]) == len(at["pin_released"]), hist     # every pin released once
+    tail_taken = [i for i in at["pin_taken"] if i > fin[3]]          # the finish turn's pin, if any
+    tail_released = [hist[i]["reason"] for i in at["pin_released"] if i > fin[3]]
+    assert len(tail_taken) == len(tail_released) <= 1 and set(tail_released) <= {"session_ended", "ttl"}, hist
 
 
 @pytest.mark.slow
 @pytest.mark.engine
 def test_real_engine_serves_the_agent_and_takes_its_events(tmp_path, live_engine):
     """A live `mars-openhands serve` engine (tiny model) serves every agent turn, tagged with the
-    session, and applies every boundary event: a pin at each tool call, resumed by the next turn,
-    nothing left pinned after session_ended. Decisions come from the script (the tiny model cannot
-    act; see doubles.py). Not yet checked: per-call pin timing against the measured tool durations
-    (within 50 ms) - `/mars/v1/stats` exposes counters, not a per-session pin history."""
+    session, and applies every boundary event. Its per-session history
+    (`/mars/v1/stats?session=<id>`) shows each tool call with the duration the agent measured (within
+    50 ms), a pin at each tool call released when the next turn resumes, in order, and nothing left
+    pinned after session_ended. Decisions come from the script (the tiny model cannot act; see
+    doubles.py)."""
     ws = tmp_path / "ws"
     ws.mkdir()
     before = _engine_stats(live_engine)
@@ -285,13 +335,18 @@ def test_real_engine_serves_the_agent_and_takes_its_events(tmp_path, live_engine
         assert "mars events: 9 sent, 0 dropped" in proc.stdout
         conv_id = re.search(r"conversation (\S+): finished", proc.stdout).group(1)
         _check_llm_tags(llm, conv_id, 4)
+    assert (ws / "one.txt").read_text() == "one\n"  # real bash ran in the workspace
     after = _engine_stats(live_engine)
     delta = {k: v - before.get("counters", {}).get(k, 0) for k, v in after.get("counters", {}).items()}
     assert delta["events"] == 9
     assert after["known_sessions"] == before["known_sessions"]  # session_ended released it
     assert after["pinned_blocks"] == 0 and after["tools_in_flight"] == 0
-    # Each tool call: the turn's KV pinned when it ended, resumed by the next turn; the last pin
-    # (after `finish`) released by session_ended. Nothing else happened to the session's pins.
     assert delta.get("pins_resumed", 0) == 3, delta
     released = sum(v for k, v in delta.items() if k.startswith("pins_released"))
     assert delta["pins_created"] == delta["pins_resumed"] + released, delta
+
+    history = _engine_stats(live_engine, conv_id)
+    assert history["session_id"] == conv_id and history["dropped_entries"] == 0
+    measured = _recorded_tool_durations(tmp_path / "conv", tmp_path / "trace.jsonl")
+    _check_engine_history(history["history"], [s.args["command"] for s in _script()], measured)
+    assert "history" not in after  # the default stats stay small
