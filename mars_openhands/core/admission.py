@@ -29,7 +29,7 @@ from mars_openhands.core.strategies import Admission
 class AimdConfig:
     interval_s: float = 0.2
     w_min: int = 4
-    #: None: sized from the tool plane (see `sized`); the preview's 30 / 30 fit its 20-core host.
+    #: None: sized from the tool plane (see `sized`); the preview uses 30 / 30.
     w_init: int | None = None
     w_max: int | None = None
     increase: int = 1
@@ -44,13 +44,15 @@ class AimdConfig:
     max_long_inflight: int = 2
 
     def sized(self, tool_workers: int) -> "AimdConfig":
-        """Fill an unset W_max with cpu_cap = ceil(workers x (low + high) / 2) and W_init with W_max.
+        """Fill an unset W_max with ceil(workers x cpu_backlog_low) and W_init with W_max.
 
-        A W_max below cpu_cap would cap the admitted sessions below what the tool plane sustains,
-        leaving the GPU idle while sessions wait outside (the preview's fixed 30 does exactly that
-        on a host with 64 tool workers); above it, cpu_cap binds anyway.
+        An admitted session has at most one tool call in flight, so a window of workers x low
+        sessions can never by itself push the tool backlog past the healthy watermark. A fixed
+        W_max (the preview's 30) ignores the host: on 64 tool workers it starves the engine, and
+        cpu_cap (1.5 x workers) admits more sessions than the KV cache holds once their contexts
+        grow under sustained overload (measured in the simulator, README "Simulator results").
         """
-        cap = math.ceil(max(1, tool_workers) * (self.cpu_backlog_low + self.cpu_backlog_high) / 2.0)
+        cap = math.ceil(max(1, tool_workers) * self.cpu_backlog_low)
         w_max = self.w_max if self.w_max is not None else max(self.w_min, cap, self.w_init or 0)
         return dataclasses.replace(self, w_max=w_max, w_init=self.w_init if self.w_init is not None else w_max)
 

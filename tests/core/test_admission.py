@@ -105,14 +105,14 @@ def test_parameters_are_constructor_arguments_and_validated():
 
 
 def test_unset_window_is_sized_from_the_tool_plane():
-    assert AimdConfig().sized(64) == AimdConfig(w_init=96, w_max=96)          # ceil(64 x 1.5)
+    assert AimdConfig().sized(64) == AimdConfig(w_init=64, w_max=64)          # ceil(64 x 1.0)
     assert AimdConfig().sized(2).w_max == 4                                    # never below W_min
-    assert AimdConfig(w_init=10).sized(64) == AimdConfig(w_init=10, w_max=96)
+    assert AimdConfig(w_init=10).sized(64) == AimdConfig(w_init=10, w_max=64)
     assert AimdConfig(w_max=8, w_init=8).sized(64).w_max == 8                  # explicit wins
     with pytest.raises(ValueError, match="size the window"):
         AimdAdmission(AimdConfig())
     policy = build_policy("mars", EngineShape(1000, 16, 64))
-    assert policy.admission.config.w_max == 96 and policy.max_active == 96
+    assert policy.admission.config.w_max == 64 and policy.max_active == 64
 
 
 # ---- load balancer -------------------------------------------------------------------------
