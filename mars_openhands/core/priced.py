@@ -23,7 +23,6 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from mars_openhands.core.context import PolicyContext
 from mars_openhands.core.durations import DurationConfig, DurationPredictor
@@ -124,9 +123,6 @@ class PricedRetention(Retention):
         hold, _, density = self.best_hold(tool, session.context_tokens, pin.blocks, ctx, waited)
         pin.value_density = density
         return ctx.now + hold if hold > 0 else ctx.now
-
-    def revocation_order(self, pins: Sequence[Pin], ctx: PolicyContext) -> list[Pin]:
-        return sorted(pins, key=lambda p: (p.value_density, -p.pinned_s))
 
     def observe(self, event: Event, ctx: PolicyContext) -> None:
         if isinstance(event, ToolStarted):
