@@ -61,8 +61,9 @@ class EngineServer:
     """`python -m mars_openhands.cli serve --policy P --model DIR --port N [vLLM args]`, logged to a file."""
 
     def __init__(self, policy: str, model: str | Path, log_path: Path, vllm_args: list[str] | None = None,
-                 *, port: int | None = None, python: str = sys.executable) -> None:
+                 *, port: int | None = None, python: str = sys.executable, cwd: Path | None = None) -> None:
         self.policy = policy
+        self.cwd = cwd
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
@@ -72,8 +73,9 @@ class EngineServer:
 
     def start(self, timeout_s: float = 600.0) -> None:
         env = {**os.environ, "VLLM_HOST_IP": "127.0.0.1", "PYTHONUNBUFFERED": "1"}
+        env.pop("VIRTUAL_ENV", None)     # the child runs an explicit interpreter; a caller's venv would mislead it
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT,
+            self.proc = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT, cwd=self.cwd,
                                          stdin=subprocess.DEVNULL, start_new_session=True, env=env)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
