@@ -28,6 +28,8 @@ The adapter is a thin translation layer; every rule lives in `mars_openhands.cor
 - history: each session's boundary happenings (turns, tool calls, pins taken and released, with
   engine timestamps) are kept in a bounded `SessionHistory`, so `/mars/v1/stats?session=<id>`
   can show what the scheduler did for one agent run, in order.
+- recompute: a preempted call's computed tokens that the prefix-cache lookup on its return does
+  not recover are counted in `recomputed_prefill_tokens` (read by `bench-engine`).
 - measurements the policy prices with: free/pinned blocks every step, the waiting work's KV
   demand at the control-loop period, an EMA of the prefill-start latency, and the prefill rate
   from each prefill-heavy step's model time (`Policy.observe_prefill`).
@@ -200,6 +202,7 @@ class MarsSchedulerMixin:
         self._alloc_req: Request | None = None            # request being allocated this step
         self._next_demand_s = -1.0
         self._enqueued_s: dict[str, float] = {}           # request id -> entered vLLM's queues
+        self._lost_on_preempt: dict[str, int] = {}        # request id -> tokens computed when preempted
         self._exec_started = 0.0                           # perf_counter when a step was handed out
         self._exec_prefill = 0                             # prefill tokens of that step
         self._stock_allocate = self.kv_cache_manager.allocate_slots
@@ -432,6 +435,8 @@ class MarsSchedulerMixin:
         return victim
 
     def _preempt_request(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        rid = request.request_id
+        self._lost_on_preempt[rid] = request.num_computed_tokens
         super()._preempt_request(request, *args, **kwargs)
         c = self._creqs.get(request.request_id)
         if c is not None:
@@ -469,6 +474,10 @@ class MarsSchedulerMixin:
                 kv.prefill_start_latency_s += LATENCY_EMA * (wait - kv.prefill_start_latency_s)
             if resume and rid in resume:  # its prefix lookup is done: it holds the blocks now
                 self._unpin(resume.pop(rid), "resume")
+            if rid in self._lost_on_preempt:  # back after preemption: what the prefix cache lost
+                hit = r.num_computed_tokens - n
+                self.mars_counters["recomputed_prefill_tokens"] += max(
+                    0, self._lost_on_preempt.pop(rid) - hit)
         self.mars.on_step(scheduled, _CoreView(self.waiting, creqs), now)
         self._exec_prefill, self._exec_started = prefill, time.perf_counter()
 
@@ -489,6 +498,7 @@ class MarsSchedulerMixin:
         rid = request.request_id
         c = self._creqs.pop(rid, None)
         self._enqueued_s.pop(rid, None)
+        self._lost_on_preempt.pop(rid, None)
         pin = self._resume_pins.pop(rid, None)
         if pin is not None:
             self._unpin(pin, "resume")

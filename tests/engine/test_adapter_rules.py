@@ -93,6 +93,28 @@ def test_stock_fcfs_preempts_the_newest_and_the_policy_victim_rule_overrides_it(
     assert s.requests["old"].status == RequestStatus.PREEMPTED
 
 
+def test_recompute_after_preemption_counts_what_the_prefix_cache_did_not_recover(model_dir):
+    s = make_scheduler(FcfsScheduler, model_dir, num_blocks=11, max_tokens_per_step=512)
+    h = Harness(s)
+    s.add_request(make_request("old", prompt(1, 110), max_tokens=30))   # 7 -> 9 of the 10 blocks
+    s.add_request(make_request("new", prompt(2, 40), max_tokens=30))    # 3 -> 5: one must yield
+    lost = None
+    for _ in range(80):
+        before = s.requests["new"].num_computed_tokens
+        if h.step().preempted_req_ids:
+            lost = before
+            break
+    assert lost is not None and lost > 40 and s.mars_counters["recomputed_prefill_tokens"] == 0
+    for _ in range(200):                            # "new" waits until "old" frees its blocks
+        out = h.step()
+        if "new" in out.num_scheduled_tokens:
+            break
+    hit = s.requests["new"].num_computed_tokens - out.num_scheduled_tokens["new"]
+    assert s.mars_counters["recomputed_prefill_tokens"] == lost - hit > 0
+    h.run()
+    assert not s._lost_on_preempt
+
+
 def test_pinned_session_hits_its_prefix_after_pressure_and_unpinned_does_not(model_dir):
     def turn_two_hit(retention):
         s = make_scheduler(FcfsScheduler, model_dir, num_blocks=20, max_tokens_per_step=512)
