@@ -23,10 +23,11 @@ from typing import Sequence
 import numpy as np
 
 from mars_openhands.core.context import PolicyContext
+from mars_openhands.core.durations import ToolCalls
 from mars_openhands.core.model import Pin, PinOffer, Request, Session
 from mars_openhands.core.retention import DEFAULT_S_PER_TOKEN
 from mars_openhands.core.strategies import Retention
-from mars_openhands.events import Event, SessionEnded, ToolCancelled, ToolFinished, ToolStarted
+from mars_openhands.events import Event, ToolStarted
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +56,7 @@ class _ContinuumRetention(Retention):
 
     def __init__(self, config: ContinuumConfig = ContinuumConfig()) -> None:
         self.config = config
-        self._started: dict[str, ToolStarted] = {}
+        self._tools = ToolCalls()
         self._expiry: dict[str, float] = {}   # TTL expiry each session's pin was given
 
     def _key(self, tool: ToolStarted | None) -> str | None:
@@ -77,19 +78,11 @@ class _ContinuumRetention(Retention):
         """Record a measured tool time for `key`."""
 
     def observe(self, event: Event, ctx: PolicyContext) -> None:
-        if isinstance(event, ToolStarted):
-            self._started[event.session_id] = event
-        elif isinstance(event, ToolFinished):
-            started = self._started.pop(event.session_id, None)
-            command = event.command if event.command is not None else (
-                started.command if started is not None else None)
-            self._learn(tool_key(event.tool_name, command, self.config.by_command),
-                        event.duration_s + event.queue_wait_s)
-        elif isinstance(event, ToolCancelled):
-            self._started.pop(event.session_id, None)
+        done = self._tools.observe(event)
+        if done is not None:
+            self._learn(tool_key(done.tool_name, done.command, self.config.by_command), done.seconds)
 
     def on_session_ended(self, session: Session, ctx: PolicyContext) -> None:
-        self._started.pop(session.session_id, None)
         self._expiry.pop(session.session_id, None)
 
 

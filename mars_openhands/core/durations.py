@@ -20,6 +20,8 @@ import re
 from itertools import accumulate
 from dataclasses import dataclass
 
+from mars_openhands.events import Event, SessionEnded, ToolCancelled, ToolFinished, ToolStarted
+
 COMMAND_CLASSES = ("test", "build", "read", "edit", "other")
 
 _EDITOR_TOOLS = {"file_editor", "str_replace_editor", "str_replace_based_edit_tool", "edit_file",
@@ -247,3 +249,38 @@ class DurationPredictor:
                 return prev_t * (t / prev_t) ** ((q - prev_f) / (f - prev_f))
             prev_t, prev_f = t, f
         return edges[-1]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolTime:
+    """A finished tool call as the retention rules learn from it."""
+
+    tool_name: str
+    command: str | None
+    seconds: float      # queue wait + run: how long the session's KV waited on the tool
+
+
+class ToolCalls:
+    """The running tool call of each session, so a finished call is measured against its start.
+
+    A `tool_finished` may omit the command its `tool_started` carried; the start supplies it.
+    """
+
+    def __init__(self) -> None:
+        self._started: dict[str, ToolStarted] = {}
+
+    def running(self, session_id: str) -> ToolStarted | None:
+        return self._started.get(session_id)
+
+    def observe(self, event: Event) -> ToolTime | None:
+        """Track starts and ends; a `ToolTime` when `event` finishes a call."""
+        if isinstance(event, ToolStarted):
+            self._started[event.session_id] = event
+        elif isinstance(event, ToolFinished):
+            started = self._started.pop(event.session_id, None)
+            command = event.command if event.command is not None else (
+                started.command if started is not None else None)
+            return ToolTime(event.tool_name, command, event.duration_s + event.queue_wait_s)
+        elif isinstance(event, (ToolCancelled, SessionEnded)):
+            self._started.pop(event.session_id, None)
+        return None

@@ -25,11 +25,10 @@ from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 
 from mars_openhands.core.context import PolicyContext
-from mars_openhands.core.durations import DurationConfig, DurationPredictor
+from mars_openhands.core.durations import DurationConfig, DurationPredictor, ToolCalls
 from mars_openhands.core.model import Pin, PinOffer, Session
 from mars_openhands.core.strategies import Retention
-from mars_openhands.events import (EngineTelemetry, Event, SessionEnded, ToolCancelled, ToolFinished,
-                                   ToolStarted)
+from mars_openhands.events import EngineTelemetry, Event, ToolStarted
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +52,7 @@ class PricedRetention(Retention):
     def __init__(self, config: PricedConfig = PricedConfig()) -> None:
         self.config = config
         self.durations = DurationPredictor(config.durations)
-        self._started: dict[str, ToolStarted] = {}   # running tool call per session (its command)
+        self._tools = ToolCalls()
         self._priced_lambda = 0.0                     # lambda the current pins were priced at
 
     # ---- the price ---------------------------------------------------------------------------
@@ -117,7 +116,7 @@ class PricedRetention(Retention):
 
     def reprice(self, pin: Pin, session: Session, ctx: PolicyContext) -> float | None:
         """New expiry once the tool is known (tool-started hint) or the price moved."""
-        tool = session.in_tool or self._started.get(session.session_id)
+        tool = session.in_tool or self._tools.running(session.session_id)
         ref = tool.t if tool is not None else pin.pinned_s
         waited = max(0.0, ctx.now - ref)
         hold, _, density = self.best_hold(tool, session.context_tokens, pin.blocks, ctx, waited)
@@ -125,15 +124,9 @@ class PricedRetention(Retention):
         return ctx.now + hold if hold > 0 else ctx.now
 
     def observe(self, event: Event, ctx: PolicyContext) -> None:
-        if isinstance(event, ToolStarted):
-            self._started[event.session_id] = event
-        elif isinstance(event, ToolFinished):
-            started = self._started.pop(event.session_id, None)
-            command = event.command if event.command is not None else (
-                started.command if started is not None else None)
-            self.durations.observe(event.tool_name, command, event.duration_s + event.queue_wait_s)
-        elif isinstance(event, (ToolCancelled, SessionEnded)):
-            self._started.pop(event.session_id, None)
+        done = self._tools.observe(event)
+        if done is not None:
+            self.durations.observe(done.tool_name, done.command, done.seconds)
         elif isinstance(event, EngineTelemetry) and ctx.pins:
             lam, old = self.shadow_price(ctx), self._priced_lambda
             f = self.config.reprice_factor

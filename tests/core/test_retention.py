@@ -285,11 +285,12 @@ def test_priced_rule_forgets_tool_state_on_cancel_and_session_end():
     end_turn(p, "s", 1.0)
     p.on_event(ToolStarted("s", 1.1, "terminal", command="sleep 100"))
     assert [x.session_id for x in p.on_event(ToolCancelled("s", 2.0, "terminal"))] == ["s"]
-    assert p.retention._started == {}
+    assert p.retention._tools.running("s") is None
     end_turn(p, "t", 3.0)
     p.on_event(ToolStarted("t", 3.1, "terminal"))
+    assert p.retention._tools.running("t") is not None
     p.on_event(SessionEnded("t", 4.0))
-    assert p.retention._started == {} and len(p.ctx.pins) == 0
+    assert p.retention._tools.running("t") is None and len(p.ctx.pins) == 0
 
 
 def brute_force_hold(r: PricedRetention, ctx, context, blocks, waited):
