@@ -7,18 +7,11 @@ of tool queue wait) and the GPU plane (KV usage), moves two hysteresis flags and
     KV overloaded:  enter usage >= 0.9; leave usage <= 0.85
     any overload                                         -> W = max(W_min, floor(0.7 W))
     CPU healthy, usage <= 0.85, spare KV block budget    -> W = min(W_max, W + 1)
-    limit = min(W, cpu_cap = ceil(workers x (1.0 + 2.0) / 2 / duty), kv_cap)
+    limit = min(W, cpu_cap = ceil(workers x (1.0 + 2.0) / 2), kv_cap)
 
 kv_cap falls linearly from W_max at usage 0.85 to W_min at 0.9. `select()` then admits up to
 limit - admitted sessions from the backlog in the order `LoadBalancer` picks. Constants are the
 MARS paper / preview defaults (policies.md B); all are `AimdConfig` fields.
-
-Two changes to the paper's sizing, both measured (README): an unset W_max is
-max(30, ceil(workers x 1.0)), and cpu_cap counts tool calls, not sessions. `duty` is the measured
-share of admitted sessions with a tool call in flight (an EMA, 1 until measured), so an admitted
-session counts for the tool load it brings (Little's law). The paper's cpu_cap (duty = 1) assumes
-every admitted session is always in a tool: with 2 tool workers and slow LLM turns it held a CPU
-engine to 4 sessions while both planes idled.
 """
 from __future__ import annotations
 
@@ -49,24 +42,18 @@ class AimdConfig:
     kv_low: float = 0.85
     long_prefill_tokens: int = 50_000
     max_long_inflight: int = 2
-    #: The preview's W_max: an unset W_max is never below it.
-    w_max_base: int = 30
-    #: Time constant of the tool-duty EMA, and the duty's floor (cpu_cap <= 30 x workers).
-    duty_tau_s: float = 10.0
-    duty_floor: float = 0.05
 
     def sized(self, tool_workers: int) -> "AimdConfig":
-        """Fill an unset W_max with max(30, ceil(workers x cpu_backlog_low)), W_init with W_max.
+        """Fill an unset W_max with ceil(workers x cpu_backlog_low) and W_init with W_max.
 
-        The preview's fixed 30 ignores the host: on 64 tool workers it starves the engine, so the
-        window grows with the tool plane, but no further than workers x low watermark: cpu_cap
-        (1.5 x workers) admits more sessions than the KV cache holds once their contexts grow
-        under sustained overload, and so does a W_max scaled by the tool duty (measured in the
-        simulator, README "Simulator results").
+        An admitted session has at most one tool call in flight, so a window of workers x low
+        sessions can never by itself push the tool backlog past the healthy watermark. A fixed
+        W_max (the preview's 30) ignores the host: on 64 tool workers it starves the engine, and
+        cpu_cap (1.5 x workers) admits more sessions than the KV cache holds once their contexts
+        grow under sustained overload (measured in the simulator, README "Simulator results").
         """
         cap = math.ceil(max(1, tool_workers) * self.cpu_backlog_low)
-        w_max = self.w_max if self.w_max is not None else max(self.w_min, self.w_max_base, cap,
-                                                                self.w_init or 0)
+        w_max = self.w_max if self.w_max is not None else max(self.w_min, cap, self.w_init or 0)
         return dataclasses.replace(self, w_max=w_max, w_init=self.w_init if self.w_init is not None else w_max)
 
     def __post_init__(self) -> None:
@@ -81,9 +68,6 @@ class AimdConfig:
             ("kv_low < kv_high <= 1", 0 <= self.kv_low < self.kv_high <= 1.0),
             ("long_prefill_tokens > 0", self.long_prefill_tokens > 0),
             ("max_long_inflight >= 0", self.max_long_inflight >= 0),
-            ("w_max_base >= 1", self.w_max_base >= 1),
-            ("duty_tau_s > 0", self.duty_tau_s > 0),
-            ("0 < duty_floor <= 1", 0.0 < self.duty_floor <= 1.0),
         ]
         for what, ok in checks:
             if not ok:
@@ -208,7 +192,6 @@ class AimdAdmission(Admission):
         self.interval_s = config.interval_s
         self.balancer = balancer or LoadBalancer(config)
         self.window = config.w_init
-        self.duty = 1.0              # share of admitted sessions with a tool call in flight (EMA)
         self.cpu_cap = config.w_max
         self.kv_cap = config.w_max
         self.pressure = Pressure()
@@ -224,18 +207,8 @@ class AimdAdmission(Admission):
         reserve = math.ceil(kv.total_blocks * (1.0 - self.config.kv_high))
         return kv.free_blocks - reserve - kv.waiting_demand_blocks
 
-    def observe_duty(self, ctx: PolicyContext) -> None:
-        """Fold one sample of tool calls in flight per admitted session into `duty`."""
-        if ctx.admitted_active <= 0:
-            return
-        cfg = self.config
-        sample = min(1.0, ctx.cpu.tools_in_flight / ctx.admitted_active)
-        alpha = 1.0 - math.exp(-cfg.interval_s / cfg.duty_tau_s)
-        self.duty = max(cfg.duty_floor, self.duty + alpha * (sample - self.duty))
-
     def tick(self, ctx: PolicyContext) -> None:
         cfg, p = self.config, self.pressure
-        self.observe_duty(ctx)
         backlog, wait = ctx.cpu.backlog, ctx.cpu.ema_queue_wait_s
         usage = ctx.kv.usage
         p.cpu_healthy = backlog <= cfg.cpu_backlog_low and wait <= cfg.cpu_wait_low_s
@@ -255,7 +228,7 @@ class AimdAdmission(Admission):
         elif p.cpu_healthy and usage <= cfg.kv_low and p.budget_blocks > 0:
             self.window = min(cfg.w_max, self.window + cfg.increase)
         workers = max(1, ctx.cpu.tool_workers)
-        cpu_cap = math.ceil(workers * (cfg.cpu_backlog_low + cfg.cpu_backlog_high) / 2.0 / self.duty)
+        cpu_cap = math.ceil(workers * (cfg.cpu_backlog_low + cfg.cpu_backlog_high) / 2.0)
         self.cpu_cap = max(cfg.w_min, min(cfg.w_max, cpu_cap))
         if usage <= cfg.kv_low:
             self.kv_cap = cfg.w_max
@@ -278,8 +251,7 @@ class AimdAdmission(Admission):
 
     def stats(self) -> dict:
         p = self.pressure
-        return {"window": self.window, "limit": self.limit, "tool_duty": round(self.duty, 4),
-                "cpu_cap": self.cpu_cap,
+        return {"window": self.window, "limit": self.limit, "cpu_cap": self.cpu_cap,
                 "kv_cap": self.kv_cap, "cpu_overloaded": p.cpu_overloaded,
                 "kv_overloaded": p.kv_overloaded, "kv_usage": p.kv_usage,
                 "budget_blocks": p.budget_blocks, "mode": self.balancer.mode,

@@ -106,42 +106,13 @@ def test_parameters_are_constructor_arguments_and_validated():
 
 def test_unset_window_is_sized_from_the_tool_plane():
     assert AimdConfig().sized(64) == AimdConfig(w_init=64, w_max=64)          # ceil(64 x 1.0)
-    assert AimdConfig().sized(2).w_max == 30                                   # never below the preview's
-    assert AimdConfig(w_max_base=4).sized(2).w_max == 4                        # ... nor W_min
+    assert AimdConfig().sized(2).w_max == 4                                    # never below W_min
     assert AimdConfig(w_init=10).sized(64) == AimdConfig(w_init=10, w_max=64)
     assert AimdConfig(w_max=8, w_init=8).sized(64).w_max == 8                  # explicit wins
     with pytest.raises(ValueError, match="size the window"):
         AimdAdmission(AimdConfig())
     policy = build_policy("mars", EngineShape(1000, 16, 64))
     assert policy.admission.config.w_max == 64 and policy.max_active == 64
-
-
-def admitted_ctx(workers: int, admitted: int, in_flight: int) -> PolicyContext:
-    ctx = ctx_with(workers=workers, in_flight=in_flight)
-    ctx.admitted_active = admitted
-    return ctx
-
-
-def test_cpu_cap_counts_the_measured_tool_duty_of_admitted_sessions():
-    a = AimdAdmission(AimdConfig().sized(2))
-    a.tick(admitted_ctx(workers=2, admitted=0, in_flight=0))         # nothing admitted: no sample
-    assert a.duty == 1.0 and a.cpu_cap == 4                          # the paper's: max(W_min, 2 x 1.5)
-    ctx = admitted_ctx(workers=2, admitted=8, in_flight=1)           # one in eight is in a tool
-    for _ in range(500):                                             # 100 s = 10 time constants
-        a.tick(ctx)
-    assert a.duty == pytest.approx(0.125, abs=1e-3)
-    assert a.cpu_cap == 24 and a.limit == 24                         # ceil(2 x 1.5 / 0.125)
-    assert a.stats()["tool_duty"] == pytest.approx(0.125, abs=1e-3)
-    ctx.admitted_active, ctx.cpu.tools_in_flight = 3, 3              # every one is in a tool
-    for _ in range(500):
-        a.tick(ctx)
-    assert a.duty == pytest.approx(1.0, abs=1e-3) and a.cpu_cap == 4
-    ctx.admitted_active, ctx.cpu.tools_in_flight = 10, 0             # none: the floor bounds it
-    for _ in range(2000):
-        a.tick(ctx)
-    assert a.duty == 0.05 and a.cpu_cap == 30                        # min(W_max, 60)
-    with pytest.raises(ValueError, match="duty_floor"):
-        AimdConfig(duty_floor=0.0)
 
 
 # ---- load balancer -------------------------------------------------------------------------

@@ -140,9 +140,9 @@ def test_mlfq_key_orders_level_then_least_recently_served_then_arrival():
 
 
 def test_mlfq_active_window_is_exposed_to_engines():
-    assert build_policy("mars", SHAPE).max_active == 30          # the admission window's W_max
-    small = PolicyConfig().with_overrides({"aimd.w_max": 8, "aimd.w_init": 8})
-    assert build_policy("mars", SHAPE, small).max_active == 8
+    assert build_policy("mars", SHAPE).max_active == 4           # the admission window: ceil(4 x 1.0)
+    preview = PolicyConfig().with_overrides({"aimd.w_max": 30, "aimd.w_init": 30})
+    assert build_policy("mars", SHAPE, preview).max_active == 30
     assert build_policy("fcfs", SHAPE).max_active is None
     assert MlfqOrdering(MlfqConfig(max_active=12)).max_active == 12
     with pytest.raises(ValueError, match="quanta"):
