@@ -86,6 +86,22 @@ def test_interrupt_stops_engine_and_tools(fake_serve, model_dir, tmp_path, monke
     assert _python_children() == []
 
 
+def test_sigterm_stops_the_replay_like_ctrl_c(fake_serve, model_dir, tmp_path, monkeypatch):
+    import signal
+    import threading
+    from mars_openhands.replay import client
+
+    async def long_tool(self, sessions):
+        threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGTERM)).start()
+        await self.pool.run(60.0, 0.1)             # a tool process that must be killed
+    monkeypatch.setattr(client.Replayer, "run", long_tool)
+    started = time.monotonic()
+    rc = bench.main([*SMALL, "--policies", "fcfs", "--model", str(model_dir), "--out", str(tmp_path / "o")])
+    assert rc == 130 and time.monotonic() - started < 30
+    assert _python_children() == []
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
 def test_server_stop_kills_descendants_that_left_the_group(fake_serve, tmp_path, monkeypatch):
     monkeypatch.setenv("FAKE_SERVE_ESCAPE", "1")
     srv = EngineServer("fcfs", tmp_path, tmp_path / "log")
