@@ -9,7 +9,8 @@ engine_stats.jsonl, instances/<id>/conversation/). Per run (one policy):
 - prefix-cache hit tokens: the engine's per-request `cached_tokens`, summed over all turns;
 - recomputed tokens: context a warm cache would have served but the engine prefilled again (for
   each turn after the first: the previous prompt, rounded down to whole KV blocks, minus the
-  tokens served from the cache);
+  tokens served from the cache), plus what preempted calls recomputed (the engine's
+  `recomputed_prefill_tokens` counter);
 - pins: KV pins the engine created at tool calls (`/mars/v1/stats` counters);
 - admission window: its trace over time (plot) and range (table).
 
@@ -121,6 +122,7 @@ def load_run(run_dir: Path, block_size: int = 128) -> SweRun:
     samples = _jsonl(run_dir / "engine_stats.jsonl")
     final = json.loads((run_dir / "engine_stats.json").read_text()) if (run_dir / "engine_stats.json").is_file() \
         else (samples[-1]["stats"] if samples else {})
+    recomp += int(_dig(final, "counters", "recomputed_prefill_tokens") or 0)
     pins = _dig(final, "counters", "pins_created")
     if pins is None and final:
         pins = 0  # the engine reports counters, and this policy created no pin

@@ -12,7 +12,7 @@ pytestmark = pytest.mark.agent
 
 
 def _run(root: Path, policy: str, agent_s: list[float], *, resolved: int, pins: int | None = 3,
-         windows=(8, 4, 6)) -> Path:
+         windows=(8, 4, 6), preempt_recompute: int = 0) -> Path:
     d = root / policy
     d.mkdir(parents=True)
     (d / "metadata.json").write_text(json.dumps({"policy": policy, "harness": "oracle"}))
@@ -27,7 +27,8 @@ def _run(root: Path, policy: str, agent_s: list[float], *, resolved: int, pins: 
     (d / "output.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
     samples = [{"t": 100.0 + k, "stats": {"policy": policy, "pinned_blocks": k, "admission": {"window": w},
                                           "engine": {"kv_usage": 0.5, "running": 2, "waiting": 1},
-                                          "counters": {} if pins is None else {"pins_created": pins}}}
+                                          "counters": {} if pins is None else
+                                          {"pins_created": pins, "recomputed_prefill_tokens": preempt_recompute}}}
                for k, w in enumerate(windows)]
     (d / "engine_stats.jsonl").write_text("".join(json.dumps(s) + "\n" for s in samples))
     return d
@@ -41,14 +42,14 @@ def test_recomputed_counts_whole_blocks_the_cache_did_not_serve():
 
 
 def test_table_ratios_and_plots(tmp_path):
-    mars = _run(tmp_path, "mars", [10.0, 20.0, 30.0, 0.0], resolved=3)
+    mars = _run(tmp_path, "mars", [10.0, 20.0, 30.0, 0.0], resolved=3, preempt_recompute=500)
     fcfs = _run(tmp_path, "fcfs", [20.0, 40.0, 60.0, 80.0], resolved=4, pins=None, windows=(None, None))
     out = tmp_path / "rep"
     assert report.main([str(mars), str(fcfs), "--out", str(out)]) == 0
     data = json.loads((out / "report.json").read_text())
     m, f = data["runs"]
     assert (m["resolved"], m["failed"], m["mean_s"], m["pins"]) == (3, 1, 20.0, 3)
-    assert m["prefix_hit_tokens"] == 4 * (896 + 128) and m["recomputed_tokens"] == 4 * 1152
+    assert m["prefix_hit_tokens"] == 4 * (896 + 128) and m["recomputed_tokens"] == 4 * 1152 + 500
     assert m["makespan_s"] == pytest.approx(134.0 - 100.0)  # first start 100, latest end: t2 at 102 + 30 + 2
     assert f["pins"] == 0  # the engine reports counters; this policy pinned nothing
     assert data["ratios_vs_fcfs"]["mars"]["mean"] == pytest.approx(50.0 / 20.0, rel=1e-3)
