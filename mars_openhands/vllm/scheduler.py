@@ -457,7 +457,7 @@ class MarsSchedulerMixin:
         super()._update_after_schedule(scheduler_output)
 
     def _after_step(self, out: SchedulerOutput, now: float) -> None:
-        creqs, requests, resume = self._creqs, self.requests, self._resume_pins
+        creqs, requests, resume, lost = self._creqs, self.requests, self._resume_pins, self._lost_on_preempt
         kv = self.mars.ctx.kv
         scheduled, prefill = [], 0
         for rid, n in out.num_scheduled_tokens.items():
@@ -474,10 +474,9 @@ class MarsSchedulerMixin:
                 kv.prefill_start_latency_s += LATENCY_EMA * (wait - kv.prefill_start_latency_s)
             if resume and rid in resume:  # its prefix lookup is done: it holds the blocks now
                 self._unpin(resume.pop(rid), "resume")
-            if rid in self._lost_on_preempt:  # back after preemption: what the prefix cache lost
+            if lost and rid in lost:      # back after preemption: what the prefix cache lost
                 hit = r.num_computed_tokens - n
-                self.mars_counters["recomputed_prefill_tokens"] += max(
-                    0, self._lost_on_preempt.pop(rid) - hit)
+                self.mars_counters["recomputed_prefill_tokens"] += max(0, lost.pop(rid) - hit)
         self.mars.on_step(scheduled, _CoreView(self.waiting, creqs), now)
         self._exec_prefill, self._exec_started = prefill, time.perf_counter()
 
