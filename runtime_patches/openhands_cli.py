@@ -1,7 +1,7 @@
 """Runtime patch of the stock `openhands` CLI (1.16.0): `openhands --config mars.toml`.
 
-The CLI has no config file and no `--config` flag. Applied by `mars_openhands.openhands.autopatch`
-right after `openhands_cli.entrypoint` is imported (before the console script calls `main`), this
+The CLI has no config file and no `--config` flag. Applied by the import hook
+(`mars_openhands.openhands.importhook`, installed by `autopatch`) right after `openhands_cli.entrypoint` is imported (before the console script calls `main`), this
 patch:
 
 1. wraps the entry module's `create_main_parser` so the parser knows `--config PATH` (shown in
@@ -20,8 +20,9 @@ import functools
 import os
 import sys
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any, Callable
+from typing import Any, Callable, MutableMapping
 
+from mars_openhands.openhands import importhook
 from mars_openhands.openhands.config import ConfigError, MarsConfig, load_config
 
 TESTED_CLI_VERSIONS = ("1.16.0",)
@@ -29,7 +30,7 @@ _MARK = "__mars_patched__"
 _REQUIRED_FLAGS = ("--task", "--headless", "--override-with-envs")
 
 
-class PatchError(RuntimeError):
+class PatchError(importhook.PatchError):
     """The installed `openhands` CLI no longer has the shape this patch wraps."""
 
 
@@ -64,7 +65,7 @@ def config_path(argv: list[str]) -> str | None:
     return None
 
 
-def apply_config_env(cfg: MarsConfig, env: dict[str, str] | os._Environ[str] = os.environ) -> None:
+def apply_config_env(cfg: MarsConfig, env: MutableMapping[str, str] = os.environ) -> None:
     """Translate mars.toml into the environment the stock CLI (and the SDK patch) read."""
     env["LLM_MODEL"] = cfg.llm.model
     env["LLM_BASE_URL"] = cfg.llm.base_url

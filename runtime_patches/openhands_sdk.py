@@ -21,7 +21,7 @@ when the server runs in the agent environment with the patch enabled (see `autop
 
 Guard: `check()` compares each patched method's parameters with what this patch was written for and
 `apply()` refuses loudly (PatchError) when they differ; SDK versions outside `TESTED_SDK_VERSIONS`
-only warn. `tests/agent/test_runtime_patch.py` runs the guard against the installed SDK.
+only warn. `tests/agent/test_agent_runtime_patch.py` runs the guard against the installed SDK.
 """
 from __future__ import annotations
 
@@ -29,9 +29,10 @@ import functools
 import inspect
 import logging
 from importlib.metadata import version
+from types import ModuleType
 from typing import Any, Callable
 
-from mars_openhands.openhands import instrument
+from mars_openhands.openhands import importhook, instrument
 
 log = logging.getLogger("runtime_patches.openhands_sdk")
 
@@ -39,7 +40,7 @@ TESTED_SDK_VERSIONS = ("1.21.0", "1.58.2")
 _MARK = "__mars_patched__"
 
 
-class PatchError(RuntimeError):
+class PatchError(importhook.PatchError):
     """The installed OpenHands SDK no longer has the shape this patch wraps."""
 
 
@@ -202,8 +203,11 @@ def _end(reason: str | None) -> Callable[[Callable[..., Any]], Callable[..., Any
     return make
 
 
-def apply() -> None:
-    """Install the wrappers (idempotent). Raises PatchError if the SDK's shape changed."""
+def apply(module: ModuleType | None = None) -> None:
+    """Install the wrappers (idempotent). Raises PatchError if the SDK's shape changed.
+
+    `module` is the `openhands.sdk` the import hook just loaded; the wrapped classes are looked up
+    in their own modules, so callers outside the hook pass nothing."""
     problems = check()
     if problems:
         raise PatchError("mars-openhands cannot patch openhands-sdk "
@@ -221,5 +225,6 @@ def apply() -> None:
 
 
 def applied() -> bool:
+    """Whether every patch point the installed SDK has is wrapped."""
     return all(getattr(getattr(cls, meth), _MARK, False) for cls, meth, _ in _targets().values()
                if callable(getattr(cls, meth, None)))

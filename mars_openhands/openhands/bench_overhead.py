@@ -66,11 +66,10 @@ def _action_event(i: int):
 
 
 def measure(calls_per_block: int, blocks: int) -> dict[str, float]:
-    from mars_openhands.openhands import instrument
+    from mars_openhands.openhands import importhook, instrument
     from mars_openhands.openhands.config import EmitterConfig
-    from runtime_patches import openhands_sdk
 
-    openhands_sdk.apply()
+    importhook.apply_patch(importhook.SDK)
     sink, url = _sink()
     try:
         with tempfile.TemporaryDirectory() as wd:

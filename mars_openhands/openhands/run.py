@@ -112,10 +112,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # never fetch prices at import
     os.environ["MARS_CONFIG"] = str(cfg.path)  # an agent-server child instruments itself too
-    from runtime_patches import openhands_sdk
-    from mars_openhands.openhands import instrument
+    from mars_openhands.openhands import importhook, instrument
 
-    openhands_sdk.apply()
+    importhook.apply_patch(importhook.SDK)
     try:
         conv_id, status = run_task(cfg, task, server=args.server, conversation_id=args.conversation_id)
     finally:

@@ -6,7 +6,7 @@ from importlib.metadata import version
 
 import pytest
 
-from mars_openhands.openhands import autopatch
+from mars_openhands.openhands import autopatch, importhook
 
 from .conftest import AGENT_BIN, needs_cli, run_py
 
@@ -95,6 +95,21 @@ def test_config_path_parsing():
     assert config_path(["--config=b.toml"]) == "b.toml"
     assert config_path(["--config"]) == ""
     assert config_path(["-t", "x"]) is None
+
+
+def test_the_hook_finds_each_patch_by_name():
+    for target, name in importhook.PATCHES.items():
+        patch = importhook.load_patch(target)
+        assert patch.__name__ == name and callable(patch.apply)
+        assert issubclass(patch.PatchError, importhook.PatchError)  # the hook tells a guard's refusal apart
+
+
+def test_apply_patch_refuses_a_changed_sdk(monkeypatch):
+    from openhands.sdk.llm.llm import LLM
+
+    monkeypatch.delattr(LLM, "_transport_call")
+    with pytest.raises(importhook.PatchError, match="LLM._transport_call: missing"):
+        importhook.apply_patch(importhook.SDK)
 
 
 _PROBE = ("import importlib.util, openhands.sdk; from runtime_patches import openhands_sdk as p; "
