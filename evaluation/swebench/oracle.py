@@ -19,6 +19,7 @@ import json
 import re
 import shlex
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -28,13 +29,28 @@ ORACLE_LABEL = "oracle-harness"
 TEST_TIMEOUT_S = 120
 
 
+class StepKind(str, Enum):
+    """What a scripted turn is for, in trajectory order; tests and tools select steps by it."""
+
+    EXPLORE = "explore"          # look at the repository, search for the symbol
+    READ = "read"                # read a file the fix or the tests touch
+    ADD_TESTS = "add_tests"      # write the instance's tests into the workspace
+    REPRODUCE = "reproduce"      # run the new tests before the fix: they fail
+    FIX = "fix"                  # one edit of the gold patch
+    RERUN = "rerun"              # run the new tests with the fix: they pass
+    REGRESSION = "regression"    # run the whole touched test files
+    CLEANUP = "cleanup"          # remove the reproduction tests again
+    FINISH = "finish"            # the closing message
+
+
 @dataclass(frozen=True)
 class OracleStep:
-    """One assistant turn: a short thought and one tool call."""
+    """One assistant turn: a short thought and one tool call, tagged with what it is for."""
 
     tool: str
     arguments: dict[str, Any]
     thought: str
+    kind: StepKind
 
     def as_message(self, call_id: str) -> dict[str, Any]:
         """The OpenAI chat-completions form of this turn."""
@@ -83,8 +99,11 @@ def _unique_block(content: str, old: str, new: str, line: int, path: str) -> tup
     raise OracleError(f"{path}: cannot make the hunk's text unique in the file")
 
 
-def edit_steps(workspace: Path, diff: str, purpose: str) -> list[OracleStep]:
-    """File-editor calls that turn the workspace's files into the patched ones, hunk by hunk."""
+def edit_steps(workspace: Path, diff: str, kind: StepKind, purpose: str) -> list[OracleStep]:
+    """File-editor calls that turn the workspace's files into the patched ones, hunk by hunk.
+
+    Every step is tagged `kind`; `purpose` starts each step's thought.
+    """
     steps = []
     for fp in parse_patch(diff):
         path = str(workspace / fp.path)
@@ -92,12 +111,12 @@ def edit_steps(workspace: Path, diff: str, purpose: str) -> list[OracleStep]:
             raise OracleError(f"{fp.path}: binary diffs cannot be replayed with the file editor")
         if fp.is_deleted:
             steps.append(OracleStep("terminal", {"command": f"rm {shlex.quote(path)}"},
-                                    f"{purpose}: {fp.path} is no longer needed, so I remove it."))
+                                    f"{purpose}: {fp.path} is no longer needed, so I remove it.", kind))
             continue
         if fp.is_new:
             text = "".join(h.new_text for h in fp.hunks)
             steps.append(OracleStep("file_editor", {"command": "create", "path": path, "file_text": text},
-                                    f"{purpose}: I create {fp.path}."))
+                                    f"{purpose}: I create {fp.path}.", kind))
             continue
         content = (workspace / fp.path).read_text()
         shift = 0  # lines added by the hunks already replayed
@@ -111,7 +130,7 @@ def edit_steps(workspace: Path, diff: str, purpose: str) -> list[OracleStep]:
             where = f" in `{hunk.section}`" if hunk.section else ""
             steps.append(OracleStep("file_editor",
                                     {"command": "str_replace", "path": path, "old_str": old, "new_str": new},
-                                    f"{purpose}: I edit {fp.path}{where}."))
+                                    f"{purpose}: I edit {fp.path}{where}.", kind))
     return steps
 
 
@@ -138,25 +157,27 @@ def plan_trajectory(instance: Mapping[str, Any], workspace: Path) -> list[Oracle
     symbol = _symbol(gold[0])
     steps = [
         OracleStep("file_editor", {"command": "view", "path": str(workspace)},
-                   "Let me start by exploring the repository structure to understand the codebase."),
+                   "Let me start by exploring the repository structure to understand the codebase.",
+                   StepKind.EXPLORE),
         OracleStep("terminal", {"command": f"cd {shlex.quote(str(workspace))} && grep -rn "
                                            f"{shlex.quote(symbol)} --include='*.py' . | head -40"},
-                   f"The issue points at `{symbol}`; let me find where it is defined and used."),
+                   f"The issue points at `{symbol}`; let me find where it is defined and used.",
+                   StepKind.EXPLORE),
     ]
     steps += [OracleStep("file_editor", {"command": "view", "path": str(workspace / fp.path)},
-                         f"Let me read {fp.path}, which looks responsible for the behaviour.")
+                         f"Let me read {fp.path}, which looks responsible for the behaviour.", StepKind.READ)
               for fp in gold if not fp.is_new]
     steps += [OracleStep("file_editor", {"command": "view", "path": str(workspace / fp.path)},
-                         f"Let me look at the existing tests in {fp.path} before writing new ones.")
+                         f"Let me look at the existing tests in {fp.path} before writing new ones.", StepKind.READ)
               for fp in tests if not fp.is_new]
-    steps += edit_steps(workspace, instance["test_patch"], "To reproduce the issue first")
+    steps += edit_steps(workspace, instance["test_patch"], StepKind.ADD_TESTS, "To reproduce the issue first")
     steps.append(OracleStep("terminal", {"command": run_f2p, "timeout": TEST_TIMEOUT_S},
-                            "Let me run the new tests to confirm they reproduce the problem."))
-    steps += edit_steps(workspace, instance["patch"], "Now the fix")
+                            "Let me run the new tests to confirm they reproduce the problem.", StepKind.REPRODUCE))
+    steps += edit_steps(workspace, instance["patch"], StepKind.FIX, "Now the fix")
     steps.append(OracleStep("terminal", {"command": run_f2p, "timeout": TEST_TIMEOUT_S},
-                            "Let me rerun the reproduction tests with the fix in place."))
+                            "Let me rerun the reproduction tests with the fix in place.", StepKind.RERUN))
     steps.append(OracleStep("terminal", {"command": run_suites, "timeout": TEST_TIMEOUT_S},
-                            "Now the whole test files, to check that nothing else broke."))
+                            "Now the whole test files, to check that nothing else broke.", StepKind.REGRESSION))
     cleanup = [f"cd {shlex.quote(str(workspace))}"]
     modified = [fp.path for fp in tests if not fp.is_new]
     created = [fp.path for fp in tests if fp.is_new]
@@ -166,11 +187,12 @@ def plan_trajectory(instance: Mapping[str, Any], workspace: Path) -> list[Oracle
         cleanup.append("rm -f " + " ".join(map(shlex.quote, created)))
     cleanup.append("git status --short")
     steps.append(OracleStep("terminal", {"command": " && ".join(cleanup)},
-                            "The fix works. I remove my reproduction tests so that only the fix remains."))
+                            "The fix works. I remove my reproduction tests so that only the fix remains.",
+                            StepKind.CLEANUP))
     steps.append(OracleStep("finish", {"message": f"Fixed the issue in {', '.join(fp.path for fp in gold)}: "
                                                   f"the reproduction tests ({len(f2p)}) now pass and the "
                                                   "existing tests still pass."},
-                            "I have fixed the issue and verified it with the tests."))
+                            "I have fixed the issue and verified it with the tests.", StepKind.FINISH))
     return steps
 
 
@@ -191,4 +213,4 @@ class Oracle:
         if k < len(self.steps):
             return self.steps[k]
         return OracleStep("finish", {"message": "The script of the oracle harness is exhausted."},
-                          "I have nothing further to do.")
+                          "I have nothing further to do.", StepKind.FINISH)

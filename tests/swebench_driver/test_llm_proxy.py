@@ -7,12 +7,12 @@ import httpx
 import pytest
 
 from evaluation.swebench.llm_proxy import EngineUnavailable, OracleProxy
-from evaluation.swebench.oracle import Oracle, OracleStep
+from evaluation.swebench.oracle import Oracle, OracleStep, StepKind
 
 pytestmark = pytest.mark.agent
 
-STEPS = [OracleStep("terminal", {"command": "grep -rn foo ."}, "Let me search."),
-         OracleStep("finish", {"message": "done"}, "Done.")]
+STEPS = [OracleStep("terminal", {"command": "grep -rn foo ."}, "Let me search.", StepKind.EXPLORE),
+         OracleStep("finish", {"message": "done"}, "Done.", StepKind.FINISH)]
 TOOLS = [{"type": "function", "function": {"name": "terminal", "parameters": {"type": "object"}}}]
 
 
