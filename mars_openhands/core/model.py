@@ -42,8 +42,11 @@ class Request:
 
     @property
     def uncached_prefill(self) -> int:
-        """Prefill still to compute, counting an expected prefix hit for a request not yet started."""
-        return max(0, self.prompt_tokens - max(self.computed_tokens, self.cached_tokens))
+        """Prefill still to compute, counting the prefix hit the engine expects (MARS sizes a
+        call's level by it: a next turn over a warm prefix is a short job)."""
+        done, cached = self.computed_tokens, self.cached_tokens
+        left = self.prompt_tokens - (done if done > cached else cached)
+        return left if left > 0 else 0
 
     @property
     def is_prefill(self) -> bool:
@@ -92,10 +95,11 @@ class KVState:
     def blocks_for(self, tokens: int) -> int:
         return -(-tokens // self.block_size)
 
-    @classmethod
-    def from_telemetry(cls, ev: EngineTelemetry, block_size: int) -> "KVState":
-        return cls(ev.total_blocks, ev.free_blocks, block_size, ev.pinned_blocks,
-                   ev.waiting_demand_blocks, ev.prefill_start_latency_s)
+    def update(self, ev: EngineTelemetry) -> None:
+        """Take the state an engine reported in a telemetry event (the block size is fixed)."""
+        self.total_blocks, self.free_blocks = ev.total_blocks, ev.free_blocks
+        self.pinned_blocks, self.waiting_demand_blocks = ev.pinned_blocks, ev.waiting_demand_blocks
+        self.prefill_start_latency_s = ev.prefill_start_latency_s
 
 
 @dataclass(slots=True)

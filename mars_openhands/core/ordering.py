@@ -81,11 +81,9 @@ class MlfqOrdering(Ordering):
 
     def base_level(self, req: Request) -> int:
         """Level before aging; the preemption-victim rule ranks by it."""
-        done, prompt = req.computed_tokens, req.prompt_tokens
-        if done >= prompt:
+        if req.computed_tokens >= req.prompt_tokens:
             return 0
-        cached = req.cached_tokens
-        level = size_level(prompt - (done if done > cached else cached), self._bounds)
+        level = size_level(req.uncached_prefill, self._bounds)
         return req.level if req.level > level else level
 
     def effective_level(self, req: Request, now: float) -> int:
@@ -103,11 +101,9 @@ class MlfqOrdering(Ordering):
         if req.preempted_s >= 0.0:
             return (0, -math.inf, req.arrival_s)
         last = req.last_scheduled_s if req.started else req.arrival_s
-        done, prompt = req.computed_tokens, req.prompt_tokens
-        if done >= prompt:
+        if req.computed_tokens >= req.prompt_tokens:
             return (0, last, req.arrival_s)
-        cached = req.cached_tokens
-        level = bisect_left(self._bounds, prompt - (done if done > cached else cached))
+        level = bisect_left(self._bounds, req.uncached_prefill)
         if req.level > level:
             level = req.level
         if level:

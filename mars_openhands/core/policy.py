@@ -1,32 +1,38 @@
 """A policy = one strategy per role + the shared context; the one object engines talk to.
 
 Both engines (the simulator and the vLLM scheduler adapter) drive a `Policy` with the same calls,
-in the same order, so a rule is implemented once:
+in the same order, and never reach into its strategies or context, so a rule is implemented once:
 
   arrival   `on_request_arrival(req, now)` -> True if the call must be parked until admission;
             `resume_pin(session_id)` -> a pin to release once the call's prefix lookup is done.
-  control   `admit(backlog, now)` -> the parked sessions to admit now (in order).
-  step      `expired_pins(now)`; `order(requests, now)`; `chunk_tokens(req, budget)`;
+  control   `admit(backlog, now)` -> the parked sessions to admit now (in order); it re-evaluates
+            the control plane every `admission_interval_s` (next at `next_tick_s`).
+  window    `max_active`: most calls the engine keeps active (running + waiting); the rest wait
+            in an FCFS overflow queue (`core.window.ActiveWindow`). MARS sizes it like its
+            admission window (from the tool workers, see `AimdConfig.sized`); None = unbounded.
+  step      `observe_kv(...)`; `expired_pins(now)`; `order(requests, now)` or, for an engine that
+            keeps a queue sorted, `sort_key(now)`; `chunk_tokens(req, budget, remaining)`;
             on an allocation failure: `shrink(tokens)`, then `revocation_order()` pins, then
             `choose_victim(candidates)` + `on_preempted(victim, now)`; finally
-            `on_step(scheduled, waiting, now)`.
+            `on_step(scheduled, waiting, now)` and `observe_prefill(tokens, seconds)`.
   finish    `on_request_finished(req, blocks, now)` -> pins to release + an offer to pin the
             call's blocks; the engine pins them and calls `record_pin(...)`.
   events    `on_event(event)` -> pins to release now (tool cancelled, session ended).
-  window    `max_active`: most requests the engine keeps active (running + waiting); the rest
-            wait in an FCFS overflow queue (MARS: 30; None = unbounded).
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
 from mars_openhands.core.context import PolicyContext
 from mars_openhands.core.model import Pin, PinOffer, Request, Session
 from mars_openhands.core.strategies import Admission, ChunkSizer, Ordering, Retention, VictimSelector
 from mars_openhands.events import (CpuTelemetry, EngineTelemetry, Event, SessionEnded, ToolCancelled,
                                    ToolFinished, ToolStarted)
+
+#: EMA weight of the prefill-start latency (queueing inside the engine) both engines measure.
+PREFILL_START_EMA = 0.2
 
 
 @dataclass(slots=True)
@@ -89,6 +95,25 @@ class Policy:
         """Active-window size of the engine (running + waiting); see `Ordering.max_active`."""
         return self.ordering.max_active
 
+    @property
+    def admission_interval_s(self) -> float | None:
+        """Seconds between control-plane evaluations in `admit`; None: no admission control."""
+        return None if self.admission is None else self.admission.interval_s
+
+    @property
+    def next_tick_s(self) -> float:
+        """When `admit` next re-evaluates the control plane (-inf before the first call)."""
+        return self._next_tick
+
+    @property
+    def admission_window(self) -> float | None:
+        """The admission window right now (telemetry); None without admission control."""
+        return None if self.admission is None else self.admission.stats().get("window")
+
+    def session(self, session_id: str) -> Session | None:
+        """The policy's view of a session (None once it ended or was forgotten)."""
+        return self.ctx.sessions.get(session_id)
+
     def admit(self, backlog: Sequence[Session], now: float) -> list[Session]:
         """Admit parked sessions (arrival order in `backlog`) as the control plane allows."""
         self.ctx.now = now
@@ -131,21 +156,60 @@ class Policy:
 
     # ---- one engine step ---------------------------------------------------------------------
 
+    def observe_kv(self, free_blocks: int, waiting_demand_blocks: int | None = None,
+                   prefill_start_latency_s: float | None = None) -> None:
+        """GPU-plane state an engine reports every step (None: keep the last value); the pinned
+        blocks are the policy's own count."""
+        kv = self.ctx.kv
+        kv.free_blocks = free_blocks
+        kv.pinned_blocks = self.ctx.pins.total_blocks
+        if waiting_demand_blocks is not None:
+            kv.waiting_demand_blocks = waiting_demand_blocks
+        if prefill_start_latency_s is not None:
+            kv.prefill_start_latency_s = prefill_start_latency_s
+
+    def observe_prefill_start(self, wait_s: float) -> None:
+        """A call got its first prefill chunk `wait_s` after it entered the engine's queues."""
+        kv = self.ctx.kv
+        kv.prefill_start_latency_s += PREFILL_START_EMA * (wait_s - kv.prefill_start_latency_s)
+
+    @property
+    def pinned_sessions(self) -> int:
+        """Sessions holding a pin (an engine skips pin work when there are none)."""
+        return len(self.ctx.pins)
+
+    def pin(self, session_id: str) -> Pin | None:
+        return self.ctx.pins.get(session_id)
+
     def expired_pins(self, now: float) -> list[Pin]:
         self.ctx.now = now
         return self.ctx.pins.pop_expired(now)
 
-    def order(self, requests: Sequence[Request], now: float) -> list[Request]:
+    def sort_key(self, now: float) -> Callable[[Request], tuple]:
+        """The order at `now` as a sort key (smaller first), for engines that keep a queue sorted
+        and place a newcomer by its key instead of re-sorting; `order` uses it too."""
         self.ctx.now = now
         key, ctx = self.ordering.key, self.ctx
-        return sorted(requests, key=lambda r: key(r, ctx))
+        return lambda r: key(r, ctx)
 
-    def chunk_tokens(self, req: Request, budget: int) -> int:
-        """Prefill tokens to schedule for `req` this step (decode: 1)."""
-        if not req.is_prefill:
+    def order(self, requests: Sequence[Request], now: float) -> list[Request]:
+        return sorted(requests, key=self.sort_key(now))
+
+    def chunk_tokens(self, req: Request, budget: int, remaining: int | None = None) -> int:
+        """Tokens to schedule for `req` this step within `budget`: 1 for a decode, else a prefill
+        chunk capped by the ordering's quantum.
+
+        `remaining`: tokens the engine still has to compute for `req`, outputs included. Past the
+        prompt `req` alone cannot tell a decode from a resumed request recomputing its own outputs
+        after preemption; more than one token left is such a recompute, a prefill chunk too.
+        """
+        if req.is_prefill:
+            n = min(req.prefill_remaining, budget)
+        elif remaining is not None and remaining > 1:
+            n = min(remaining, budget)
+        else:
             return min(1, budget)
         quantum = self.ordering.prefill_quantum(req, self.ctx)
-        n = min(req.prefill_remaining, budget)
         return n if quantum is None else min(n, quantum)
 
     def shrink(self, tokens: int) -> int | None:
@@ -156,6 +220,11 @@ class Policy:
 
     def release_pin(self, session_id: str) -> Pin | None:
         return self.ctx.pins.pop(session_id)
+
+    def release_all_pins(self) -> list[Pin]:
+        """Drop every pin (a prefix-cache reset); the engine frees their blocks."""
+        pins = self.ctx.pins
+        return [p for p in (pins.pop(pin.session_id) for pin in pins) if p is not None]
 
     def choose_victim(self, candidates: Sequence[Request]) -> Request:
         if not candidates:
@@ -220,6 +289,15 @@ class Policy:
         self.ctx.pins.add(pin)
         return pin
 
+    def hint_tool(self, session_id: str, hint: ToolStarted) -> bool:
+        """A tool call the engine inferred from a finished call's output (no event came yet);
+        False if the session is unknown or a tool-started event already arrived."""
+        s = self.ctx.sessions.get(session_id)
+        if s is None or s.in_tool is not None:
+            return False
+        s.in_tool = hint
+        return True
+
     # ---- boundary events and telemetry -------------------------------------------------------
 
     def on_event(self, ev: Event) -> list[Pin]:
@@ -228,9 +306,7 @@ class Policy:
         ctx.now = max(ctx.now, getattr(ev, "t", ctx.now))
         release: list[Pin] = []
         if isinstance(ev, EngineTelemetry):
-            ctx.kv.total_blocks, ctx.kv.free_blocks = ev.total_blocks, ev.free_blocks
-            ctx.kv.pinned_blocks, ctx.kv.waiting_demand_blocks = ev.pinned_blocks, ev.waiting_demand_blocks
-            ctx.kv.prefill_start_latency_s = ev.prefill_start_latency_s
+            ctx.kv.update(ev)
         elif isinstance(ev, CpuTelemetry):
             ctx.cpu.update(ev)
         else:
