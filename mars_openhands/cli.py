@@ -3,23 +3,33 @@
 ``simulate`` and ``gen-trace`` live here; the engine and agent commands are dispatched lazily to
 their modules so that each environment imports only what it has installed (.venv: core, simulator,
 vLLM; .venv-agent: OpenHands). Bad input ends with one ``error:`` line and exit status 2.
+Argument types and the workload flags that `bench-engine` shares live in `cli_args`.
 """
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import importlib
 import json
 import sys
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+from mars_openhands.cli_args import (CliError, add_synthetic_args, add_workload_source, at_rate, float_list,
+                                     policy_list, positive, read_trace, synthetic_config)
+
+if TYPE_CHECKING:
+    from mars_openhands.results import RunResult
+    from mars_openhands.sim.profiles import Profile
+    from mars_openhands.workload.trace import SessionTrace
+
+    Simulate = Callable[..., RunResult]
 
 PROG = "mars-openhands"
 
 #: command -> (module with main(argv) -> int, where it runs, what it does)
 DISPATCH: dict[str, tuple[str, str, str]] = {
     "serve": ("mars_openhands.vllm.serve", "engine", "serve a model with vLLM under a MARS/baseline scheduler"),
-    "bench-engine": ("mars_openhands.vllm.bench", "engine", "replay a trace against the real engine"),
+    "bench-engine": ("mars_openhands.replay.bench", "engine", "replay a trace against the real engine"),
     "run": ("mars_openhands.openhands.run", "agent", "run OpenHands agents against a served model"),
     "record": ("mars_openhands.openhands.record", "agent", "record OpenHands conversations as a mars-trace"),
     "report": ("mars_openhands.report", "core", "build the results report"),
@@ -31,55 +41,6 @@ _ENVIRONMENTS = {
 }
 
 
-class CliError(Exception):
-    """Bad input: reported as one line, exit status 2."""
-
-
-# ---- argument types -----------------------------------------------------------------------------
-
-def _positive(kind: Callable[[str], Any]) -> Callable[[str], Any]:
-    def parse(text: str) -> Any:
-        try:
-            v = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a positive {kind.__name__}, got {text!r}") from None
-        if not v > 0 or v != v or v == float("inf"):
-            raise argparse.ArgumentTypeError(f"expected a positive {kind.__name__}, got {text!r}")
-        return v
-    parse.__name__ = f"positive {kind.__name__}"
-    return parse
-
-
-def _float_list(n: int | None = None) -> Callable[[str], list[float]]:
-    def parse(text: str) -> list[float]:
-        try:
-            vals = [float(x) for x in text.split(",") if x.strip()]
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
-        if not vals or (n is not None and len(vals) != n) or any(not (v >= 0 and v < float("inf")) for v in vals):
-            want = f"{n} " if n else ""
-            raise argparse.ArgumentTypeError(f"expected {want}comma-separated non-negative numbers, got {text!r}")
-        return vals
-    parse.__name__ = "number list"
-    return parse
-
-
-def _synthetic_args(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("synthetic workload (see mars_openhands/workload/synthetic.py)")
-    g.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    g.add_argument("--arrival", choices=("poisson", "fixed", "burst"), default="poisson",
-                   help="arrival process (default poisson)")
-    g.add_argument("--burst-size", type=_positive(int), default=8, help="sessions per burst (burst arrivals)")
-    g.add_argument("--turns-scale", type=_positive(float), default=1.0,
-                   help="scale turns per session (1.0: p50 36, mean 41)")
-    g.add_argument("--context-scale", type=_positive(float), default=1.0, help="scale every token count")
-    g.add_argument("--max-context", type=_positive(int), default=92_000,
-                   help="condense history past this many tokens (default 92000)")
-    g.add_argument("--tool-mix", type=_float_list(3), default=(0.73, 0.22, 0.05),
-                   help="fast,medium,slow tool-call shares (default 0.73,0.22,0.05)")
-    g.add_argument("--tool-time-scale", type=_positive(float), default=1.0, help="scale every tool duration")
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=PROG, description="MARS co-scheduler for self-hosted LLM agents.")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -87,69 +48,32 @@ def build_parser() -> argparse.ArgumentParser:
     sim = sub.add_parser("simulate", help="run policies side by side on one trace in the simulator",
                          description="Run every named policy on the same trace; write DIR/summary.json, "
                                      "DIR/trace.jsonl and plots; print the comparison table.")
-    src = sim.add_mutually_exclusive_group(required=True)
-    src.add_argument("--trace", type=Path, help="a mars-trace/1 JSON Lines file")
-    src.add_argument("--synthetic", type=_positive(int), metavar="N", help="generate N SWE-bench-like sessions")
-    sim.add_argument("--rate", type=_positive(float),
-                     help="sessions/s (synthetic default 0.2; with --trace: rescale its arrivals to this rate)")
+    add_workload_source(sim)
     sim.add_argument("--profile", required=True, help="hardware/model profile, e.g. h200-qwen3-coder-30b")
     sim.add_argument("--policies", required=True, help="comma-separated policy names, e.g. fcfs,autellix,mars")
-    sim.add_argument("--tool-workers", type=_positive(int), help="host tool workers (default: the profile's)")
-    sim.add_argument("--kv-blocks", type=_positive(int), help="KV cache blocks (default: the profile's)")
-    sim.add_argument("--alpha", type=_positive(float), default=3.0, help="goodput threshold, x ideal (default 3)")
-    sim.add_argument("--sweep-rates", type=_float_list(), metavar="R1,R2,...",
+    sim.add_argument("--tool-workers", type=positive(int), help="host tool workers (default: the profile's)")
+    sim.add_argument("--kv-blocks", type=positive(int), help="KV cache blocks (default: the profile's)")
+    sim.add_argument("--alpha", type=positive(float), default=3.0, help="goodput threshold, x ideal (default 3)")
+    sim.add_argument("--sweep-rates", type=float_list(), metavar="R1,R2,...",
                      help="load sweep: one run per rate, DIR/rate-R/summary.json + DIR/sweep.json")
     sim.add_argument("--out", type=Path, required=True, metavar="DIR", help="output directory")
-    _synthetic_args(sim)
+    add_synthetic_args(sim)
 
     gen = sub.add_parser("gen-trace", help="write a synthetic SWE-bench-like trace",
                          description="Write a seeded synthetic trace and print its statistics.")
-    gen.add_argument("--synthetic", type=_positive(int), required=True, metavar="N", help="sessions")
-    gen.add_argument("--rate", type=_positive(float), default=0.2, help="sessions/s (default 0.2)")
+    gen.add_argument("--synthetic", type=positive(int), required=True, metavar="N", help="sessions")
+    gen.add_argument("--rate", type=positive(float), default=0.2, help="sessions/s (default 0.2)")
     gen.add_argument("--out", type=Path, required=True, metavar="FILE", help="trace file to write")
-    _synthetic_args(gen)
+    add_synthetic_args(gen)
 
     for name, (module, env, text) in DISPATCH.items():
         sub.add_parser(name, help=f"{text} ({env} environment; `{PROG} {name} --help`)", add_help=False)
     return p
 
 
-# ---- workloads ----------------------------------------------------------------------------------
-
-def _synthetic_config(args: argparse.Namespace, n: int, rate: float):
-    from mars_openhands.workload.synthetic import SyntheticConfig
-    try:
-        return SyntheticConfig(n, rate=rate, seed=args.seed, arrival=args.arrival, burst_size=args.burst_size,
-                               turns_scale=args.turns_scale, context_scale=args.context_scale,
-                               max_context_tokens=args.max_context, tool_mix=tuple(args.tool_mix),
-                               tool_time_scale=args.tool_time_scale)
-    except ValueError as e:
-        raise CliError(str(e)) from None
-
-
-def _read_trace(path: Path) -> list:
-    from mars_openhands.workload.trace import TraceError, read_trace
-    try:
-        return read_trace(path)
-    except OSError as e:
-        raise CliError(f"cannot read trace {path}: {e.strerror or e}") from None
-    except (TraceError, UnicodeDecodeError) as e:
-        raise CliError(f"bad trace {path}: {e}") from None
-
-
-def at_rate(sessions: Sequence, rate: float) -> list:
-    """The sessions with arrival gaps scaled so that the mean arrival rate is `rate` (order kept)."""
-    t0 = min(s.arrival_s for s in sessions)
-    span = max(s.arrival_s for s in sessions) - t0
-    if len(sessions) < 2 or span <= 0:
-        raise CliError("cannot set an arrival rate: all sessions of the trace arrive at the same time")
-    factor = (len(sessions) - 1) / span / rate
-    return [dataclasses.replace(s, arrival_s=round((s.arrival_s - t0) * factor, 3)) for s in sessions]
-
-
 # ---- simulate -----------------------------------------------------------------------------------
 
-def _load_simulator() -> tuple[Callable[..., Any], dict[str, Any]]:
+def _load_simulator() -> tuple[Simulate, dict[str, Profile]]:
     """(run_simulation, {profile name: profile}); a clear error if the simulator is missing."""
     try:
         from mars_openhands.sim import run_simulation
@@ -157,20 +81,6 @@ def _load_simulator() -> tuple[Callable[..., Any], dict[str, Any]]:
     except ImportError as e:
         raise CliError(f"the simulator (mars_openhands.sim) is not available: {e}") from None
     return run_simulation, dict(PROFILES)
-
-
-def _policies(text: str) -> list[str]:
-    from mars_openhands.core.registry import policy_names
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    known = policy_names()
-    if not names:
-        raise CliError("--policies: no policy named")
-    unknown = [n for n in names if n not in known]
-    if unknown:
-        raise CliError(f"--policies: unknown policy {', '.join(map(repr, unknown))}; known: {', '.join(known)}")
-    if len(set(names)) != len(names):
-        raise CliError(f"--policies: a policy is named twice in {text!r}")
-    return names
 
 
 def _out_dir(path: Path) -> Path:
@@ -181,8 +91,8 @@ def _out_dir(path: Path) -> Path:
     return path
 
 
-def _run_point(sessions: list, trace_label: str, profile_name: str, profile: Any, names: list[str],
-               args: argparse.Namespace, out: Path, run_simulation: Callable[..., Any],
+def _run_point(sessions: list[SessionTrace], trace_label: str, profile_name: str, profile: Profile,
+               names: list[str], args: argparse.Namespace, out: Path, run_simulation: Simulate,
                label: str = "") -> dict[str, Any]:
     """Run every policy on `sessions`; write summary.json, trace.jsonl, table.md and plots into `out`."""
     from tqdm import tqdm
@@ -192,7 +102,8 @@ def _run_point(sessions: list, trace_label: str, profile_name: str, profile: Any
     from mars_openhands.workload.trace import write_trace
 
     write_trace(out / "trace.jsonl", sessions)
-    runs, summaries = {}, {}
+    runs: dict[str, RunResult] = {}
+    summaries: dict[str, dict[str, Any]] = {}
     total = len(sessions) * len(names)
     with tqdm(total=total, desc=f"simulate{label}", unit="session", file=sys.stderr,
               disable=None, dynamic_ncols=True) as bar:
@@ -200,7 +111,7 @@ def _run_point(sessions: list, trace_label: str, profile_name: str, profile: Any
             bar.set_postfix_str(name)
             base = i * len(sessions)
 
-            def progress(done: int, *_: Any) -> None:
+            def progress(done: int, *_: int) -> None:
                 bar.update(base + min(done, len(sessions)) - bar.n)
 
             run = run_simulation(sessions, profile, name, tool_workers=args.tool_workers,
@@ -224,14 +135,14 @@ def simulate(args: argparse.Namespace) -> int:
     from mars_openhands.metrics import format_sweep
     from mars_openhands.workload.synthetic import generate
 
-    names = _policies(args.policies)
+    names = policy_list(args.policies)
     if args.trace is not None:
-        base = _read_trace(args.trace)
+        base = read_trace(args.trace)
         label = str(args.trace)
         make = lambda r: at_rate(base, r) if r is not None else base
     else:
-        label_of = lambda r: f"{_synthetic_config(args, args.synthetic, r).source} n={args.synthetic}"
-        make = lambda r: generate(_synthetic_config(args, args.synthetic, r))
+        label_of = lambda r: f"{synthetic_config(args, args.synthetic, r).source} n={args.synthetic}"
+        make = lambda r: generate(synthetic_config(args, args.synthetic, r))
         label = label_of(args.rate or 0.2)
     run_simulation, profiles = _load_simulator()
     if args.profile not in profiles:
@@ -269,7 +180,7 @@ def gen_trace(args: argparse.Namespace) -> int:
     from mars_openhands.workload.synthetic import generate
     from mars_openhands.workload.trace import write_trace
 
-    sessions = generate(_synthetic_config(args, args.synthetic, args.rate))
+    sessions = generate(synthetic_config(args, args.synthetic, args.rate))
     if args.out.parent and not args.out.parent.is_dir():
         raise CliError(f"--out: directory {args.out.parent} does not exist")
     try:

@@ -36,6 +36,19 @@ class Completion:
     cached_tokens: int | None    # prefix-cache hit the engine reported (needs prompt token details)
 
 
+@dataclass(frozen=True)
+class CacheConfig:
+    """The KV cache layout an engine publishes in its `vllm:cache_config_info` metric."""
+
+    block_size: int
+    num_gpu_blocks: str | None      # the label as published (None: not published)
+
+    @property
+    def kv_blocks(self) -> int | None:
+        """The number of KV cache blocks, None where the engine did not publish one."""
+        return int(self.num_gpu_blocks) if self.num_gpu_blocks and self.num_gpu_blocks.isdigit() else None
+
+
 def parse_prometheus(text: str) -> dict[str, float]:
     """Sum every sample of each metric name over its labels (enough for counters and gauges)."""
     out: dict[str, float] = {}
@@ -152,6 +165,11 @@ class EngineClient:
 
     async def metrics(self) -> dict[str, float]:
         return parse_prometheus(await self.metrics_text())
+
+    async def cache_config(self) -> CacheConfig:
+        """The engine's KV cache layout (vLLM's default block size where it publishes none)."""
+        info = prometheus_labels(await self.metrics_text(), "vllm:cache_config_info")
+        return CacheConfig(int(info.get("block_size") or 16), info.get("num_gpu_blocks"))
 
 
 class EventSink:

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from mars_openhands.metrics import FIELDS
+from mars_openhands.replay import bench
 from mars_openhands.replay import server as server_mod
 from mars_openhands.replay.server import EngineServer, descendants
-from mars_openhands.vllm import bench
 
 FAKE = Path(__file__).with_name("replay_fake_engine.py")
 SMALL = ["--synthetic", "3", "--rate", "2", "--seed", "1", "--turns-scale", "0.08", "--token-scale", "0.02",

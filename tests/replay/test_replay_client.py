@@ -5,7 +5,7 @@ import pytest
 
 from mars_openhands.events import parse_event
 from mars_openhands.replay.client import ReplayConfig, Replayer, timeline_point
-from mars_openhands.replay.engine import EngineClient, parse_prometheus, prometheus_labels
+from mars_openhands.replay.engine import CacheConfig, EngineClient, parse_prometheus, prometheus_labels
 from mars_openhands.replay.prompts import TokenSpace
 from mars_openhands.replay.tools import ToolPool
 from mars_openhands.workload.trace import SessionTrace, ToolCall, Turn
@@ -117,6 +117,12 @@ def test_prometheus_parsing_sums_labels_and_reads_config_labels():
             'vllm:cache_config_info{block_size="128",engine="0",gpu_memory_utilization="0.9"} 1.0\n')
     assert parse_prometheus(text)["vllm:prefix_cache_hits_total"] == 15
     assert prometheus_labels(text, "vllm:cache_config_info")["block_size"] == "128"
+
+
+def test_cache_config_counts_kv_blocks_only_when_published_as_a_number():
+    assert CacheConfig(16, "1234").kv_blocks == 1234
+    assert CacheConfig(16, None).kv_blocks is None and CacheConfig(16, "").kv_blocks is None
+    assert CacheConfig(16, "unknown").kv_blocks is None
 
 
 def test_timeline_point_tolerates_a_stock_server_without_stats():

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
+from mars_openhands.replay import bench
 from mars_openhands.replay.server import _start_time, descendants
-from mars_openhands.vllm import bench
 
 pytestmark = [pytest.mark.slow, pytest.mark.engine]
 TINY = Path(__file__).resolve().parents[2] / "models" / "tiny"

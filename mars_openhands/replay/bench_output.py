@@ -1,0 +1,147 @@
+"""What `bench-engine` makes of its replays: measured `RunResult`s, per-turn rows, the re-measured
+`cpu-small` profile, the simulator's prediction of the same workload and the table comparing them.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import platform
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mars_openhands.replay.accounting import account
+from mars_openhands.replay.calibrate import EngineCosts, Samples
+from mars_openhands.replay.client import ReplayOutcome, stat_value
+from mars_openhands.replay.engine import CacheConfig
+from mars_openhands.replay.prompts import TurnShape
+from mars_openhands.results import RunResult, SessionResult
+from mars_openhands.workload.trace import SessionTrace
+
+
+@dataclass(frozen=True)
+class EngineSetup:
+    """How every engine of one benchmark was set up (recorded next to what it measured)."""
+
+    model: Path
+    kv_cache_memory_bytes: int | None
+    tool_workers: int
+    token_scale: float
+
+
+@dataclass(frozen=True)
+class PolicyRun:
+    """What one engine produced: the replay and the engine's counters around it."""
+
+    outcome: ReplayOutcome
+    before: dict[str, float]          # Prometheus metrics before the replay
+    after: dict[str, float]           # ... and after it
+    stats: dict[str, Any] | None      # the MARS stats document (None: no MARS plugin)
+
+
+def _counter(m: dict[str, float], name: str) -> float:
+    return m.get(name + "_total", m.get(name, 0.0))
+
+
+def run_result(policy: str, sessions: list[SessionTrace], run: PolicyRun, costs: EngineCosts,
+               shapes: dict[str, list[TurnShape]], tool_scale: float) -> RunResult:
+    """A measured `RunResult`: E2E from the replay, ideal from the fitted costs, counters from the engine."""
+    outcome, before, after = run.outcome, run.before, run.after
+    results = []
+    for s, rec in zip(sessions, outcome.sessions):
+        tools = sum(t.tool.duration_s * tool_scale for t in s.turns if t.tool is not None)
+        results.append(SessionResult(s.session_id, s.arrival_s, rec.finish_s,
+                                     costs.session_ideal_s(shapes[s.session_id], tools), len(s.turns)))
+    cache = account(sessions, outcome.sessions, costs)
+    hits, missed = cache.hit_tokens, cache.missed_tokens
+    if not cache.complete:     # no per-request usage details: fall back to the engine's counters
+        hits = int(_counter(after, "vllm:prefix_cache_hits") - _counter(before, "vllm:prefix_cache_hits"))
+        missed = max(0, cache.expected_tokens - hits)
+    # recompute after preemption and pinned block-seconds happen inside the engine: taken from the
+    # MARS stats when the adapter publishes them (else: pins integrated from the sampled timeline)
+    preempt_recompute = stat_value(run.stats, "counters.recomputed_prefill_tokens") or 0
+    pinned_bs = stat_value(run.stats, "counters.pinned_block_seconds", "pinned_block_seconds")
+    if pinned_bs is None:
+        pts = outcome.timeline
+        pinned_bs = sum((b[0] - a[0]) * a[3] for a, b in zip(pts, pts[1:]))
+    preemptions = int(_counter(after, "vllm:num_preemptions") - _counter(before, "vllm:num_preemptions"))
+    return RunResult(policy, results, recomputed_prefill_tokens=int(missed + preempt_recompute),
+                     prefix_hit_tokens=int(hits), pinned_block_seconds=float(pinned_bs),
+                     preemptions=preemptions, timeline=list(outcome.timeline))
+
+
+def turn_rows(policy: str, outcome: ReplayOutcome) -> list[dict[str, Any]]:
+    """DIR/turns.jsonl rows: one per replayed turn, one per failed session."""
+    rows: list[dict[str, Any]] = []
+    for rec in outcome.sessions:
+        for tr in rec.turns:
+            rows.append({"policy": policy, "session_id": rec.session_id, "turn": tr.turn_index,
+                         "submitted_s": round(tr.submitted_s, 4), "first_token_s": round(tr.first_token_s, 4),
+                         "finished_s": round(tr.finished_s, 4), "prompt_tokens": tr.shape.prompt_tokens,
+                         "reusable_tokens": tr.shape.reusable_tokens, "output_tokens": tr.shape.output_tokens,
+                         "cached_tokens": tr.cached_tokens, "tool_queue_wait_s": round(tr.tool_queue_wait_s, 4),
+                         "tool_run_s": round(tr.tool_run_s, 4)})
+        if rec.error:
+            rows.append({"policy": policy, "session_id": rec.session_id, "error": rec.error})
+    return rows
+
+
+def profile_doc(costs: EngineCosts, samples: Samples, cache: CacheConfig, setup: EngineSetup,
+                runs: dict[str, PolicyRun]) -> dict[str, Any]:
+    """The `cpu-small` profile re-measured: fitted costs + the measured engine/host facts."""
+    tpot = {}
+    for name, r in runs.items():
+        per_turn = [(t.finished_s - t.first_token_s) / (t.shape.output_tokens - 1)
+                    for rec in r.outcome.sessions for t in rec.turns if t.shape.output_tokens > 1]
+        tpot[name] = round(sum(per_turn) / len(per_turn), 5) if per_turn else None
+    return {
+        "profile": "cpu-small",
+        "measured": {"model": str(setup.model), "host": platform.node(), "cpus": os.cpu_count(),
+                     "kv_cache_memory_bytes": setup.kv_cache_memory_bytes, "tool_workers": setup.tool_workers,
+                     "token_scale": setup.token_scale},
+        "block_size": costs.block_size,
+        "kv_blocks": cache.kv_blocks,
+        "costs": dataclasses.asdict(costs),
+        "formulas": {"prefill_s": "prefill_a_s + prefill_per_token_s*n + prefill_per_token_ctx_s*n*(ctx + n/2)",
+                     "decode_step_s": "decode_step_s + decode_per_seq_s*batch + decode_per_ctx_token_s*sum(ctx)"},
+        # the same numbers as `mars_openhands.sim.profiles.Profile` fields (t = a + b P + c A + d D + e C)
+        "sim_profile": {"name": "cpu-small", "kv_blocks": cache.kv_blocks,
+                        "block_size": costs.block_size, "tool_workers": setup.tool_workers,
+                        "a": costs.decode_step_s, "b": costs.prefill_per_token_s, "c": costs.prefill_per_token_ctx_s,
+                        "d": costs.decode_per_seq_s, "e": costs.decode_per_ctx_token_s,
+                        "per_request_overhead_s": costs.prefill_a_s},
+        "replay_mean_tpot_s": tpot,       # under load, per policy: for checking the simulator's batching
+        "samples": {"prefill_new_ctx_s": samples.prefill, "decode_batch_ctxsum_s": samples.decode},
+    }
+
+
+def simulator_prediction(replayed: list[SessionTrace], costs: EngineCosts, cache: CacheConfig, tool_workers: int,
+                         names: list[str]) -> dict[str, dict[str, RunResult]]:
+    """Simulate the replayed workload under each policy with `cpu-small` as shipped and as re-fitted
+    here (same KV blocks and tool workers as the engine): {profile label: {policy: RunResult}}."""
+    from mars_openhands.sim import get_profile, run_simulation
+
+    shipped = get_profile("cpu-small")
+    kv_blocks = cache.kv_blocks - 1 if cache.kv_blocks is not None else shipped.kv_blocks   # vLLM's null block
+    shape: dict[str, Any] = {"block_size": costs.block_size, "tool_workers": tool_workers, "kv_blocks": kv_blocks}
+    refit = shipped.with_overrides(a=costs.decode_step_s, b=costs.prefill_per_token_s,
+                                   c=costs.prefill_per_token_ctx_s, d=costs.decode_per_seq_s,
+                                   e=costs.decode_per_ctx_token_s, **shape)
+    return {label: {n: run_simulation(replayed, prof, n) for n in names}
+            for label, prof in (("cpu-small", shipped.with_overrides(**shape)), ("cpu-small re-fitted", refit))}
+
+
+def comparison_table(measured: dict[str, dict[str, Any]], predicted: dict[str, dict[str, dict[str, Any]]]) -> str:
+    """Mean / p95 E2E per policy: measured on the engine next to each simulator prediction."""
+    header = ["policy", "measured mean/p95 s"] + [f"sim {label} mean/p95 s" for label in predicted]
+
+    def cell(s: dict[str, Any] | None) -> str:
+        return "-" if not s or s.get("mean_e2e_s") is None else f"{s['mean_e2e_s']:.1f} / {s['p95_e2e_s']:.1f}"
+
+    rows = [[n, cell(m)] + [cell(p.get(n)) for p in predicted.values()] for n, m in measured.items()]
+    widths = [max(len(x) for x in col) for col in zip(header, *rows)]
+
+    def fmt(cells: list[str]) -> str:
+        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+
+    return "\n".join([fmt(header), "  ".join("-" * w for w in widths)] + [fmt(r) for r in rows])
