@@ -18,9 +18,12 @@ what their deployment needs (e.g. the OpenHands runs' AIMD window 2 / 8 / 8) wit
 | mars-no-admission     | MLFQ + aging      | halving  | (level, blocks, arr.)  | priced    | none      |
 | mars-no-retention     | MLFQ + aging      | halving  | (level, blocks, arr.)  | none      | AIMD + LB |
 | mars-no-chunk-shrink  | MLFQ + aging      | none     | (level, blocks, arr.)  | priced    | AIMD + LB |
+| thunderagent          | request FCFS      | none     | newest                 | none      | programs  |
 
 `mars-no-priority` removes the whole internal priority coordinator (MLFQ order, quanta, the
 level-based victim and the active window), keeping admission, chunk shrinking and retention.
+`thunderagent` is stock vLLM behind ThunderAgent's program queue (`thunderagent.py`): token-budget
+admission and pause / resume of whole programs at call boundaries.
 """
 from __future__ import annotations
 
@@ -39,6 +42,8 @@ from mars_openhands.core.policy import Policy
 from mars_openhands.core.priced import PricedConfig, PricedRetention
 from mars_openhands.core.retention import MinWasteConfig, MinWasteRetention, NoRetention
 from mars_openhands.core.strategies import Retention
+from mars_openhands.core.thunderagent import (ProgramTable, ThunderAgentAdmission, ThunderAgentConfig,
+                                              ThunderAgentOrdering)
 from mars_openhands.core.victim import ContinuumVictim, LevelBlocksArrivalVictim, NewestVictim
 
 
@@ -66,6 +71,7 @@ class PolicyConfig:
     priced: PricedConfig = field(default_factory=PricedConfig)
     infercept: MinWasteConfig = field(default_factory=MinWasteConfig)
     continuum: ContinuumConfig = field(default_factory=ContinuumConfig)
+    thunderagent: ThunderAgentConfig = field(default_factory=ThunderAgentConfig)
     #: Upper bound on pinned KV as a fraction of all blocks (the facade enforces it).
     max_pinned_fraction: float = 0.5
 
@@ -122,6 +128,12 @@ def _continuum_dy(shape: EngineShape, cfg: PolicyConfig) -> Policy:
                    DynamicTtlRetention(cfg.continuum), None)
 
 
+def _thunderagent(shape: EngineShape, cfg: PolicyConfig) -> Policy:
+    table = ProgramTable(cfg.thunderagent)
+    return _policy("thunderagent", shape, cfg, ThunderAgentOrdering(table), NoShrink(), NewestVictim(),
+                   NoRetention(), ThunderAgentAdmission(table))
+
+
 def _mars(name: str, *, priority: bool = True, admission: bool = True, retention: bool = True,
           chunk_shrink: bool = True) -> Callable[[EngineShape, PolicyConfig], Policy]:
     def build(shape: EngineShape, cfg: PolicyConfig) -> Policy:
@@ -149,6 +161,7 @@ POLICIES: dict[str, Callable[[EngineShape, PolicyConfig], Policy]] = {
     "mars-no-admission": _mars("mars-no-admission", admission=False),
     "mars-no-retention": _mars("mars-no-retention", retention=False),
     "mars-no-chunk-shrink": _mars("mars-no-chunk-shrink", chunk_shrink=False),
+    "thunderagent": _thunderagent,
 }
 
 

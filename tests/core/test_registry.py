@@ -10,6 +10,7 @@ from mars_openhands.core.continuum import DynamicTtlRetention, FixedTtlRetention
 from mars_openhands.core.ordering import FcfsOrdering, MlfqOrdering, PlasOrdering, ProgramFcfsOrdering
 from mars_openhands.core.priced import PricedRetention
 from mars_openhands.core.retention import MinWasteRetention, NoRetention
+from mars_openhands.core.thunderagent import ThunderAgentAdmission, ThunderAgentOrdering
 from mars_openhands.core.victim import ContinuumVictim, LevelBlocksArrivalVictim, NewestVictim
 
 SHAPE = EngineShape(total_blocks=1000, block_size=16, tool_workers=4)
@@ -26,6 +27,7 @@ EXPECTED = {
     "mars-no-retention": (MlfqOrdering, HalvingShrink, LevelBlocksArrivalVictim, NoRetention,
                           AimdAdmission),
     "mars-no-chunk-shrink": (MlfqOrdering, NoShrink, LevelBlocksArrivalVictim, PricedRetention, AimdAdmission),
+    "thunderagent": (ThunderAgentOrdering, NoShrink, NewestVictim, NoRetention, ThunderAgentAdmission),
 }
 
 
