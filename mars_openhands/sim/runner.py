@@ -74,8 +74,8 @@ def run_simulation(sessions: Sequence[SessionTrace], profile: Profile | str, pol
             gc.enable()
     results = [SessionResult(s.sid, s.trace.arrival_s, s.finish_s, ideal_latency(s.trace, prof),
                              len(s.trace.turns)) for s in engine.sessions]
+    c = engine.counters
     return RunResult(policy=policy_name, sessions=results,
-                     recomputed_prefill_tokens=engine.preempt_recompute + engine.evict_recompute,
-                     prefix_hit_tokens=engine.prefix_hit_tokens,
-                     pinned_block_seconds=engine.pinned_block_seconds,
-                     preemptions=engine.preemptions, timeline=engine.timeline)
+                     recomputed_prefill_tokens=c.recomputed_prefill_tokens,
+                     prefix_hit_tokens=c.prefix_hit_tokens, pinned_block_seconds=c.pinned_block_seconds,
+                     preemptions=c.preemptions, timeline=engine.timeline.samples)

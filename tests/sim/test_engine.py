@@ -22,8 +22,9 @@ def _assert_drained(engine: Engine) -> None:
     assert all(s.finish_s is not None for s in engine.sessions)
     assert engine.pool.free == engine.pool.total, "every block back in the free queue"
     assert all(not ch.holders for ch in engine.cache.chains)
-    assert engine.pins_made == engine.pins_released and not engine.pins and engine.pinned_now == 0
-    assert not engine.running and not engine.waiting and not engine.backlog and not engine.overflow
+    c, pins, sched = engine.counters, engine.pins, engine.scheduler
+    assert c.pins_made == c.pins_released and not pins.pins and pins.pinned_now == 0
+    assert not sched.running and not sched.waiting and not engine.backlog and not sched.window
 
 
 def test_lone_session_takes_exactly_its_ideal_latency():
@@ -39,11 +40,11 @@ def test_tokens_conserved_and_blocks_freed_under_kv_scarcity():
     eng = make_engine(sessions, kv_blocks=260)
     eng.run()                                          # check=True: KV invariants after every step
     prompts, decodes, calls = _totals(eng)
-    assert eng.preemptions > 0 and eng.preempt_recompute > 0
-    assert eng.prefill_tokens + eng.decode_tokens == \
-        prompts - eng.prefix_hit_tokens + decodes + eng.preempt_recompute
-    assert eng.decode_tokens <= decodes
-    assert eng.evict_recompute <= eng.prefill_tokens
+    c = eng.counters
+    assert c.preemptions > 0 and c.preempt_recompute > 0
+    assert c.prefill_tokens + c.decode_tokens == prompts - c.prefix_hit_tokens + decodes + c.preempt_recompute
+    assert c.decode_tokens <= decodes
+    assert c.evict_recompute <= c.prefill_tokens
     _assert_drained(eng)
     assert eng.pool.allocated == eng.pool.returned, "every block taken is given back exactly once"
 
@@ -57,8 +58,8 @@ def test_warm_turns_hit_the_prefix_cache_and_system_prompt_is_shared():
     # a: turn 0 cold; turns 1-2 hit the whole previous context in full blocks (never the last token)
     hits_a = sum((min(tr_prev.input_tokens + tr_prev.output_tokens - 1, tr.input_tokens - 1) // bs) * bs
                  for tr_prev, tr in zip(a.turns, a.turns[1:]))
-    assert eng.prefix_hit_tokens == hits_a + (200 // bs) * bs   # b reuses a's system prompt blocks
-    assert eng.evict_recompute == 0
+    assert eng.counters.prefix_hit_tokens == hits_a + (200 // bs) * bs   # b reuses a's system prompt blocks
+    assert eng.counters.evict_recompute == 0
 
 
 def test_condensed_context_only_hits_the_kept_prefix():
@@ -66,7 +67,7 @@ def test_condensed_context_only_hits_the_kept_prefix():
     tr = session("c", 0.0, [(800, 40, 0.3), (900, 40, 0.3), (500, 20, None)], shared={2: 320})
     eng = make_engine([tr])
     eng.run()
-    assert eng.prefix_hit_tokens == (839 // bs) * bs + (320 // bs) * bs
+    assert eng.counters.prefix_hit_tokens == (839 // bs) * bs + (320 // bs) * bs
 
 
 def test_pins_keep_blocks_through_pressure_and_are_released_once():
@@ -86,9 +87,9 @@ def test_pins_keep_blocks_through_pressure_and_are_released_once():
     a_pinned = [s for s in pinned.sessions if s.sid == "a"][0]
     assert a_plain.recomputed > 1000, "unpinned, a's context was evicted during its tool"
     assert a_pinned.recomputed == 0, "pinned, a's warm turn hit all of it"
-    assert pinned.pins_made == pinned.pins_released == 2     # one per turn (the last one at session end)
+    assert pinned.counters.pins_made == pinned.counters.pins_released == 2   # one per turn (the last at session end)
     # held from the end of turn 0 until turn 1's lookup, 5 s later (plus queueing)
-    assert pinned.pinned_block_seconds >= 5.0 * (1519 // TINY.block_size)
+    assert pinned.counters.pinned_block_seconds >= 5.0 * (1519 // TINY.block_size)
 
 
 def test_revocable_pins_give_way_to_waiting_work():
@@ -99,7 +100,7 @@ def test_revocable_pins_give_way_to_waiting_work():
         eng = make_engine([a, b], policy=pol, kv_blocks=260)
         eng.run()
         _assert_drained(eng)
-        assert eng.preemptions == 0
+        assert eng.counters.preemptions == 0
         return [s.finish_s for s in eng.sessions if s.sid == "b"][0] - 1.0
 
     assert b_latency(revocable=True) < 5.0            # the pin was revoked at once
@@ -135,7 +136,7 @@ def test_parked_sessions_wait_for_admission():
     spans = sorted((first_prefill[s.sid], s.finish_s) for s in eng.sessions)
     for (_, f0), (s1, _) in zip(spans, spans[1:]):
         assert s1 >= f0, "one session at a time"
-    assert any(n > 0 for *_, n in eng.timeline), "parked sessions show as waiting"
+    assert any(n > 0 for *_, n in eng.timeline.samples), "parked sessions show as waiting"
 
 
 def test_active_window_bounds_running_plus_waiting():
@@ -167,10 +168,11 @@ def test_fast_forward_equals_single_stepping_for_fcfs():
     b = make_engine(sessions, kv_blocks=200, check=False, fast_forward=False)
     a.run()
     b.run()
-    assert a.batches < b.batches
+    assert a.counters.batches < b.counters.batches
     assert [s.finish_s for s in a.sessions] == pytest.approx([s.finish_s for s in b.sessions], rel=1e-9)
-    assert (a.preemptions, a.prefill_tokens, a.decode_tokens, a.prefix_hit_tokens) == \
-        (b.preemptions, b.prefill_tokens, b.decode_tokens, b.prefix_hit_tokens)
+    ca, cb = a.counters, b.counters
+    assert (ca.preemptions, ca.prefill_tokens, ca.decode_tokens, ca.prefix_hit_tokens) == \
+        (cb.preemptions, cb.prefill_tokens, cb.decode_tokens, cb.prefix_hit_tokens)
 
 
 def test_run_simulation_is_deterministic_and_fills_the_result():
@@ -192,13 +194,13 @@ def test_a_pin_cannot_be_released_twice():
     eng = make_engine([session("a", 0.0, [(600, 10, 30.0), (700, 10, None)])],
                       policy=custom_policy(TINY, retention=PinFor(100.0)))
     eng.start()
-    eng._events_until(0.0)                  # a's first turn arrives, runs, ends in a tool: pinned
-    while eng.running or eng.waiting:
-        eng._step()
-    pin = eng.pins["a"]
-    eng._release_pin(pin)
+    eng.events_until(0.0)                   # a's first turn arrives, runs, ends in a tool: pinned
+    while eng.scheduler.running or eng.scheduler.waiting:
+        eng.step()
+    pin = eng.pins.pins["a"]
+    eng.pins.release(pin, eng.now)
     with pytest.raises(KVError, match="released twice"):
-        eng._release_pin(pin)
+        eng.pins.release(pin, eng.now)
 
 
 def test_a_policy_that_never_admits_is_reported_not_spun_forever():
