@@ -21,9 +21,11 @@ def trace_stats(sessions: Sequence[SessionTrace]) -> dict[str, float]:
     first = [s.turns[0].input_tokens for s in sessions]
     deepest = [max(t.input_tokens for t in s.turns) for s in sessions]
     outputs = [t.output_tokens for s in sessions for t in s.turns]
-    growth = [s.turns[k].input_tokens - s.turns[k - 1].input_tokens
-              for s in sessions for k in range(1, len(s.turns))
-              if s.turns[k].shared_prefix_tokens is None]
+    # A condensation shrinks the prompt; every other turn grows it (append-only, or after a reply
+    # whose hidden reasoning was dropped).
+    steps = [(s.turns[k - 1].input_tokens, s.turns[k].input_tokens)
+             for s in sessions for k in range(1, len(s.turns))]
+    growth = [b - a for a, b in steps if b >= a]
     tools = [t.tool for s in sessions for t in s.turns if t.tool is not None]
     durations = np.array([t.duration_s for t in tools])
     tests = sum(1 for t in tools if t.command and any(m in t.command for m in _TEST_MARKERS))
@@ -46,6 +48,6 @@ def trace_stats(sessions: Sequence[SessionTrace]) -> dict[str, float]:
         out["share_tool_medium"] = float(np.mean((durations > 1.0) & (durations <= 30.0)))
         out["share_tool_slow"] = float(np.mean(durations > 30.0))
     out["tests_per_session"] = tests / len(sessions)
-    out["condensations"] = sum(1 for s in sessions for t in s.turns if t.shared_prefix_tokens is not None)
+    out["condensations"] = sum(1 for a, b in steps if b < a)
     out["arrival_rate_sps"] = (len(sessions) - 1) / span if span > 0 else float("inf")
     return out

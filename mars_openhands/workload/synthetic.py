@@ -1,8 +1,8 @@
 """Seeded generator of SWE-bench-like OpenHands sessions in `mars-trace/1`.
 
-Every distribution below is calibrated to the measured statistics collected in
-`shared/design/workload.md`; each constant names its source. Targets (measured on this generator
-by `tests/workload/test_synthetic.py` at n=2000):
+Every distribution below is calibrated to published measurements of agent sessions; each constant
+names its source. Targets (measured on this generator by `tests/workload/test_synthetic.py` at
+n=2000):
 
 ==========================  =====================================  ================================
 quantity                    target (source)                        model
@@ -13,10 +13,10 @@ initial prompt              4-8k tokens (OpenHands SDK cli-mode     4,100 shared
                             prompt + 4 tool schemas ~16k chars)     task lognormal(1,400, 0.5) in
                                                                     [300, 3,900]
 per-turn context growth     median a few hundred-1.5k, tail 5-20k   output + observation; the
-                            (workload.md)                           observation depends on the command
+                            (OpenHands/SWE-agent trajectories)      observation depends on the command
 deepest prompt / session    p50 24k, p95 69k, p99 90k               emerges; condensed at
                                                                     ``max_context_tokens``
-output per turn             mostly 50-300, some 1-2k (workload.md)  lognormal by kind of next action
+output per turn             mostly 50-300, some 1-2k (same)         lognormal by kind of next action
 tool duration               p50 0.3 s, p90 13.6 s, p99 3.6 min,     per-command class: fast 73 %,
                             mean 18.4 s; 70-80 % fast, 15-25 %      medium 22 %, slow 5 % (TraceLab,
                             medium, 2-5 % slow (TraceLab, 432k)     432k real tool calls)
@@ -36,7 +36,7 @@ Context: each turn's prompt is the previous prompt + the reply + the tool's obse
 observation size depends on the command (listings and edit acknowledgements are short, file views
 longer, full test logs longest; 0.1-3 % of views/test logs are 5-20k token dumps, OpenHands truncates
 terminal output near 30k characters) and on a per-session verbosity factor (lognormal sigma 0.9:
-big repositories, long logs). The medians were fitted so that the deepest prompt lands on workload.md's
+big repositories, long logs). The medians were fitted so that the deepest prompt lands on the measured
 p50 24k / p95 69k; the p99 ~90k comes from condensation: past ``max_context_tokens`` (92k) the
 history is summarised like OpenHands' LLMSummarizingCondenser (system prompt + task kept verbatim,
 a 0.8-2k summary, the most recent 40 % of the budget), and that turn's ``shared_prefix_tokens`` is
@@ -50,6 +50,28 @@ Arrivals (``arrival``): ``poisson`` (exponential gaps, mean 1/rate), ``fixed`` (
 the MARS runs' default of 0.2 sessions/s) and ``burst`` (``burst_size`` sessions at one instant,
 bursts Poisson at rate/burst_size: same mean rate, worst-case queueing). Arrivals draw from a
 random stream separate from session contents, so the same seed gives the same sessions at every rate.
+
+Workload-family knobs (all off by default; the defaults above are today's SWE-bench-like sessions,
+bit for bit). Their random draws come from a stream of their own, so a knob changes what it names
+and what follows from it in the context; only a condensation it moves (the summary size is drawn)
+shifts the draws of later sessions:
+
+- ``long_prompt_share`` / ``long_prompt_tokens``: that share of sessions starts with a first prompt
+  (system prompt + task) log-uniform in the range (default 30-60k tokens, x ``context_scale``):
+  a pasted log, spec or file set. The condenser keeps it verbatim like any task.
+- ``max_context_tokens`` is the condensation threshold and ``condense_keep`` the share of it kept
+  verbatim as recent history when condensing (default 0.4, OpenHands-like). A low value (0.03 at a
+  90k threshold: ~2.7k recent + a 0.8-2k summary) models condensing to a few k tokens.
+- ``heavy_cores_scale`` multiplies the cores of medium and slow calls (test runs, installs,
+  builds: parallel test runners and compilers); with ``tool_mix``, ``tool_time_scale`` and
+  ``slow_cap_s`` it sets the tool-time mix (CPU-heavy: more and longer slow calls on more cores).
+- ``obs_scale`` / ``output_scale`` multiply observation / visible reply tokens (chatty sessions:
+  many turns via ``turns_scale``, short observations and replies).
+- ``reasoning_tokens``: median hidden reasoning tokens per reply (lognormal, sigma 0.6, 0.1-5x the
+  median), decoded before the visible reply. Chat templates of reasoning models (Qwen3, DeepSeek-R1)
+  drop earlier turns' reasoning from the prompt, so the next prompt shares only the previous
+  *prompt* (``shared_prefix_tokens`` = its size) and grows by the visible reply + observation.
+- Bursty arrivals: ``arrival="burst"`` with ``burst_size``.
 """
 from __future__ import annotations
 
@@ -134,6 +156,14 @@ class SyntheticConfig:
     tool_mix: tuple[float, float, float] = (0.73, 0.22, 0.05)   # fast / medium / slow shares
     tool_time_scale: float = 1.0           # multiplies every tool duration
     slow_cap_s: float = 1800.0             # longest slow tool call before scaling
+    # workload-family knobs (see the module docstring); the defaults leave them off
+    long_prompt_share: float = 0.0         # share of sessions with a long first prompt
+    long_prompt_tokens: tuple[int, int] = (30_000, 60_000)   # its range (x context_scale)
+    condense_keep: float = 0.4             # share of max_context_tokens kept verbatim when condensing
+    heavy_cores_scale: float = 1.0         # multiplies the cores of medium and slow tool calls
+    obs_scale: float = 1.0                 # multiplies observation tokens
+    output_scale: float = 1.0              # multiplies visible reply tokens
+    reasoning_tokens: float = 0.0          # median hidden reasoning tokens per reply (0: none)
 
     def __post_init__(self) -> None:
         checks = [("n_sessions", self.n_sessions >= 1), ("rate", self.rate > 0),
@@ -141,7 +171,15 @@ class SyntheticConfig:
                   ("context_scale", self.context_scale > 0),
                   ("max_context_tokens", self.max_context_tokens >= 4 * SYSTEM_PROMPT_TOKENS * min(1.0, self.context_scale)),
                   ("tool_time_scale", self.tool_time_scale > 0), ("slow_cap_s", self.slow_cap_s > 30),
-                  ("tool_mix", len(self.tool_mix) == 3 and min(self.tool_mix) >= 0 and sum(self.tool_mix) > 0)]
+                  ("tool_mix", len(self.tool_mix) == 3 and min(self.tool_mix) >= 0 and sum(self.tool_mix) > 0),
+                  ("long_prompt_share", 0 <= self.long_prompt_share <= 1),
+                  ("long_prompt_tokens", len(self.long_prompt_tokens) == 2
+                   and SYSTEM_PROMPT_TOKENS < self.long_prompt_tokens[0] <= self.long_prompt_tokens[1]
+                   and (self.long_prompt_share == 0
+                        or self.long_prompt_tokens[1] <= 0.75 * self.max_context_tokens)),
+                  ("condense_keep", 0 < self.condense_keep <= 0.5),
+                  ("heavy_cores_scale", self.heavy_cores_scale > 0), ("obs_scale", self.obs_scale > 0),
+                  ("output_scale", self.output_scale > 0), ("reasoning_tokens", self.reasoning_tokens >= 0)]
         for name, ok in checks:
             if not ok:
                 raise ValueError(f"synthetic workload: bad {name}={getattr(self, name)!r}")
@@ -150,8 +188,16 @@ class SyntheticConfig:
 
     @property
     def source(self) -> str:
+        knobs = "".join(f" {f}={getattr(self, f)}" for f in _FAMILY_KNOBS
+                        if getattr(self, f) != _FAMILY_DEFAULTS[f])
         return (f"synthetic:swebench-like seed={self.seed} rate={self.rate:g} arrival={self.arrival}"
-                f" turns_scale={self.turns_scale:g} context_scale={self.context_scale:g}")
+                f" turns_scale={self.turns_scale:g} context_scale={self.context_scale:g}{knobs}")
+
+
+#: Named in `SyntheticConfig.source` when set (the older knobs are not, so their traces stay identical).
+_FAMILY_KNOBS = ("long_prompt_share", "long_prompt_tokens", "condense_keep", "heavy_cores_scale",
+                 "obs_scale", "output_scale", "reasoning_tokens")
+_FAMILY_DEFAULTS = {f: SyntheticConfig.__dataclass_fields__[f].default for f in _FAMILY_KNOBS}
 
 
 def arrival_times(cfg: SyntheticConfig) -> list[float]:
@@ -204,6 +250,13 @@ def _observation(rng: random.Random, cmd: _Command, verbosity: float, scale: flo
     return max(1, int(tokens * scale))
 
 
+def _reasoning(krng: random.Random, median: float, scale: float) -> int:
+    """Hidden reasoning tokens of one reply (0 when the knob is off)."""
+    if median <= 0:
+        return 0
+    return max(1, int(_lognormal(krng, median, 0.6, 0.1 * median, 5 * median) * scale))
+
+
 def _output(rng: random.Random, nxt: _Command | None, first: bool, scale: float) -> int:
     """Reply tokens: a short tool call, a longer edit (the new code), a plan, or the final answer."""
     if first or rng.random() < 0.04:          # planning turn
@@ -224,6 +277,7 @@ class _Context:
     head: int                 # system prompt + task: kept verbatim by the condenser
     tokens: int
     limit: int
+    keep: float = 0.4         # share of `limit` kept verbatim as recent history
     shared: int | None = None
 
     def grow(self, rng: random.Random, added: int, scale: float) -> None:
@@ -231,32 +285,40 @@ class _Context:
         self.tokens += added
         if self.tokens > self.limit:
             summary = int(rng.uniform(800, 2000) * scale)
-            recent = min(self.tokens - self.head, int(0.4 * self.limit))
+            recent = min(self.tokens - self.head, int(self.keep * self.limit))
             self.tokens = min(self.limit, self.head + summary + recent)
             self.shared = self.head
 
 
-def _session(rng: random.Random, idx: int, arrival: float, cfg: SyntheticConfig,
+def _session(rng: random.Random, krng: random.Random, idx: int, arrival: float, cfg: SyntheticConfig,
              mix: tuple[float, float, float], width: int) -> SessionTrace:
     scale = cfg.context_scale
     n_turns = int(round(_TURNS_MEDIAN * cfg.turns_scale * math.exp(rng.gauss(0.0, _TURNS_SIGMA))))
     n_turns = min(max(2, n_turns), max(2, int(round(_TURNS_MAX * cfg.turns_scale))))
     system = int(SYSTEM_PROMPT_TOKENS * scale)
     task = int(_lognormal(rng, 1400, 0.5, 300, 3900) * scale)
+    if cfg.long_prompt_share and krng.random() < cfg.long_prompt_share:
+        lo, hi = cfg.long_prompt_tokens
+        task = int(math.exp(krng.uniform(math.log(lo), math.log(hi))) * scale) - system
     # Sessions differ in how much they read (big repos, long test logs): spreads the deepest prompt.
     verbosity = math.exp(rng.gauss(0.0, _VERBOSITY_SIGMA))
-    ctx = _Context(head=system + task, tokens=system + task, limit=int(cfg.max_context_tokens * scale))
+    ctx = _Context(head=system + task, tokens=system + task, limit=int(cfg.max_context_tokens * scale),
+                   keep=cfg.condense_keep)
     cmds = [_pick_command(rng, mix) for _ in range(n_turns - 1)] + [None]
     turns = []
     for k, cmd in enumerate(cmds):
-        out = _output(rng, cmd, k == 0, scale)
+        out = _output(rng, cmd, k == 0, scale * cfg.output_scale)
+        hidden = _reasoning(krng, cfg.reasoning_tokens, scale)
         tool = None if cmd is None else ToolCall(
             name=cmd.tool, command=_command_text(rng, cmd), duration_s=_duration(rng, cmd.cls, cfg),
-            cpu_cores=cmd.cpu_cores)
-        turns.append(Turn(input_tokens=ctx.tokens, output_tokens=out, tool=tool,
+            cpu_cores=cmd.cpu_cores * (cfg.heavy_cores_scale if cmd.cls != "fast" else 1.0))
+        turns.append(Turn(input_tokens=ctx.tokens, output_tokens=out + hidden, tool=tool,
                           shared_prefix_tokens=ctx.shared))
         if cmd is not None:
-            ctx.grow(rng, out + _observation(rng, cmd, verbosity, scale), scale)
+            prompt = ctx.tokens
+            ctx.grow(rng, out + _observation(rng, cmd, verbosity, scale * cfg.obs_scale), scale)
+            if hidden and ctx.shared is None:     # the reasoning is dropped: only the prompt is shared
+                ctx.shared = prompt
     return SessionTrace(session_id=f"swe-{idx:0{width}d}", arrival_s=arrival, turns=tuple(turns),
                         system_prompt_id=SYSTEM_PROMPT_ID, system_prompt_tokens=system, source=cfg.source)
 
@@ -264,8 +326,9 @@ def _session(rng: random.Random, idx: int, arrival: float, cfg: SyntheticConfig,
 def generate(cfg: SyntheticConfig) -> list[SessionTrace]:
     """The sessions of `cfg`, identical for identical configs (contents do not depend on the rate)."""
     rng = random.Random(f"mars-synthetic:{cfg.seed}:sessions")
+    krng = random.Random(f"mars-synthetic:{cfg.seed}:knobs")
     width = max(4, len(str(cfg.n_sessions - 1)))
-    return [_session(rng, i, t, cfg, cfg.tool_mix, width) for i, t in enumerate(arrival_times(cfg))]
+    return [_session(rng, krng, i, t, cfg, cfg.tool_mix, width) for i, t in enumerate(arrival_times(cfg))]
 
 
 def synthetic_sessions(n_sessions: int, **knobs) -> list[SessionTrace]:
