@@ -199,9 +199,10 @@ class Policy:
         """Tokens to schedule for `req` this step within `budget`: 1 for a decode, else a prefill
         chunk capped by the ordering's quantum.
 
-        `remaining`: tokens the engine still has to compute for `req`, outputs included. Past the
-        prompt `req` alone cannot tell a decode from a resumed request recomputing its own outputs
-        after preemption; more than one token left is such a recompute, a prefill chunk too.
+        `remaining`: tokens the engine would still compute for `req`, outputs included (all that
+        is left, or what it would schedule now). Past the prompt `req` alone cannot tell a decode
+        from a resumed request recomputing its own outputs after preemption; more than one token
+        left is such a recompute, a prefill chunk too.
         """
         if req.is_prefill:
             n = min(req.prefill_remaining, budget)

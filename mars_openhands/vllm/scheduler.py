@@ -2,7 +2,8 @@
 
 `--scheduler-cls mars_openhands.vllm.scheduler.<Name>Scheduler` (or `<Name>AsyncScheduler` where
 vLLM runs async scheduling) selects policy `<name>` from `mars_openhands.core.registry`; one class
-pair exists per registered policy name (`scheduler_class_path` maps a name to its path).
+pair is written out at the end of this module per registered policy name (`scheduler_class_path`
+maps a name to its path; a test checks that every name has its pair).
 
 The adapter is a thin translation layer; every rule lives in `mars_openhands.core.Policy`:
 
@@ -10,7 +11,8 @@ The adapter is a thin translation layer; every rule lives in `mars_openhands.cor
   serves `running` in list order and admits from the head of `waiting` as usual (`waiting` is
   left unsorted in steps where no request slot is free: its order cannot matter then).
 - prefill quanta: `_reserve_prefill_lookahead` (the last hook before every allocation, running and
-  waiting alike) caps a prefill chunk at `Policy.chunk_tokens`.
+  waiting alike) caps a prefill chunk, a resumed request's recompute of its outputs included, at
+  `Policy.chunk_tokens`.
 - allocation failure: the KV manager's `allocate_slots` is wrapped; on failure it retries with
   `Policy.shrink` sizes, then revokes pins in `Policy.revocation_order`, then returns None so
   vLLM's loop preempts. `running.pop()` (the only call vLLM's FCFS path uses to pick a victim) is
@@ -21,8 +23,9 @@ The adapter is a thin translation layer; every rule lives in `mars_openhands.cor
   `block_pool.free_blocks` (`_unpin`). The prefix cache itself serves the next turn.
 - admission: the first call of a session the policy parks waits in `_parked` (outside vLLM's
   queues, counted in `get_request_counts`) until `Policy.admit` admits its session.
-- active window: with `Policy.max_active` set, admitted calls beyond it wait in the FCFS
-  `_overflow` queue (also outside vLLM's queues, also counted) until running + waiting has room.
+- active window: with `Policy.max_active` set, admitted calls beyond it wait in the FCFS overflow
+  queue of `_window` (`core.window.ActiveWindow`; also outside vLLM's queues, also counted) until
+  running + waiting has room.
 - events: `apply_events` (called between steps through the EngineCore utility added by
   `mars_openhands.vllm.plugin`) feeds `Policy.on_event`.
 - history: each session's boundary happenings (turns, tool calls, pins taken and released, with
@@ -54,11 +57,12 @@ from vllm.v1.core.sched.request_queue import SchedulingPolicy
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import Request, RequestStatus
 
-from mars_openhands.core import EngineShape, Pin, Policy, build_policy, policy_names
+from mars_openhands.core import EngineShape, Pin, Policy, build_policy
 from mars_openhands.core import Request as CoreRequest
+from mars_openhands.core.window import ActiveWindow
 from mars_openhands.events import (SessionEnded, ToolCancelled, ToolFinished, ToolStarted,
                                    parse_event)
-from mars_openhands.vllm.scheduler_path import class_stem, scheduler_class_path  # noqa: F401 (re-export)
+from mars_openhands.vllm.scheduler_path import scheduler_class_path  # noqa: F401 (re-export)
 from mars_openhands.vllm.session import session_of, tool_hint_of, turn_index_of
 
 #: Finishes that end a turn normally (anything else - abort, error - pins nothing).
@@ -68,8 +72,6 @@ _COMPLETED = (RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH_CAPP
 #: Seconds between recomputations of the waiting work's KV demand (the control-loop period).
 DEMAND_REFRESH_S = 0.2
 
-#: EMA weight of the prefill-start latency (the simulator uses the same).
-LATENCY_EMA = 0.2
 #: Fewest prefill tokens in a step for its model time to count as a prefill-rate sample.
 MIN_PREFILL_SAMPLE = 256
 
@@ -196,7 +198,7 @@ class MarsSchedulerMixin:
         self._creqs: dict[str, CoreRequest] = {}
         self._parked: dict[str, list[Request]] = {}       # session id -> its parked calls
         self._num_parked = 0
-        self._overflow: deque[Request] = deque()          # admitted, beyond the active window
+        self._window: ActiveWindow[Request] = ActiveWindow(lambda: self.mars.max_active)
         self._resume_pins: dict[str, Pin] = {}            # request id -> pin released after lookup
         self._shrunk: dict[str, int] = {}                 # request id -> tokens actually allocated
         self._alloc_req: Request | None = None            # request being allocated this step
@@ -235,12 +237,10 @@ class MarsSchedulerMixin:
 
     def _enter(self, request: Request) -> None:
         """Hand an admitted call to vLLM's queues, or to the overflow queue if the window is full."""
-        limit = self.mars.max_active
-        if limit is not None and (self._overflow or self._num_active() >= limit):
-            self._overflow.append(request)
-            self.mars_counters["overflowed"] += 1
-        else:
+        if self._window.enter(request, self._num_active()):
             self._hand_to_vllm(request)
+        else:
+            self.mars_counters["overflowed"] += 1
 
     def _hand_to_vllm(self, request: Request) -> None:
         self._enqueued_s[request.request_id] = self.clock()
@@ -250,11 +250,9 @@ class MarsSchedulerMixin:
         return len(self.running) + len(self.waiting) + len(self.kv_holding_waiting)
 
     def _fill_active(self) -> None:
-        limit = self.mars.max_active
-        room = len(self._overflow) if limit is None else limit - self._num_active()
-        while room > 0 and self._overflow:
-            self._hand_to_vllm(self._overflow.popleft())
-            room -= 1
+        if self._window:
+            for request in self._window.refill(self._num_active()):
+                self._hand_to_vllm(request)
 
     def _expected_hit(self, request: Request) -> int:
         if not self.cache_config.enable_prefix_caching or not request.block_hashes:
@@ -264,11 +262,11 @@ class MarsSchedulerMixin:
         return hit
 
     def _admit_parked(self, now: float) -> None:
-        sessions = self.mars.ctx.sessions
-        backlog = [sessions[sid] for sid in self._parked if sid in sessions]
+        known = {sid: self.mars.session(sid) for sid in self._parked}
+        backlog = [s for s in known.values() if s is not None]
         admitted = [s.session_id for s in self.mars.admit(backlog, now)]
         # A parked session the policy forgot (it ended) must not strand its calls.
-        admitted += [sid for sid in self._parked if sid not in sessions]
+        admitted += [sid for sid, s in known.items() if s is None]
         for sid in admitted:
             for request in self._parked.pop(sid, ()):
                 self._num_parked -= 1
@@ -298,21 +296,16 @@ class MarsSchedulerMixin:
                 else:
                     del self._parked[sid]
             self.mars_counters["parked_aborted"] += len(dropped)
-        if self._overflow:
-            kept: deque[Request] = deque()
-            for request in self._overflow:
-                if request_ids is None or request.request_id in request_ids:
-                    request.status = finished_status
-                    dropped.append(request)
-                    self._forget(request, aborted=True)
-                else:
-                    kept.append(request)
-            self._overflow = kept
+        if self._window:
+            for request in self._window.remove(lambda r: request_ids is None or r.request_id in request_ids):
+                request.status = finished_status
+                dropped.append(request)
+                self._forget(request, aborted=True)
         return dropped + super().finish_requests(request_ids, finished_status)
 
     def get_request_counts(self) -> tuple[int, int]:
         running, waiting = super().get_request_counts()
-        return running, waiting + self._num_parked + len(self._overflow)
+        return running, waiting + self._num_parked + len(self._window)
 
     # ---- one step -------------------------------------------------------------------------------
 
@@ -333,18 +326,17 @@ class MarsSchedulerMixin:
             if isinstance(self.running, _VictimList):
                 self.running.chooser = None
         self._after_step(out, now)
-        if (self._num_parked or self._overflow) and not self.running and not self.waiting:
+        if (self._num_parked or self._window) and not self.running and not self.waiting:
             time.sleep(self.idle_nap_s)
         return out
 
     def _sync_kv_state(self, now: float) -> None:
-        kv = self.mars.ctx.kv
-        kv.free_blocks = self.kv_cache_manager.block_pool.get_num_free_blocks()
-        kv.pinned_blocks = self.mars.ctx.pins.total_blocks
+        demand = None
         if now >= self._next_demand_s:      # O(waiting): refreshed at the control-loop period
             self._next_demand_s = now + DEMAND_REFRESH_S
             pending = sum(r.num_tokens - r.num_computed_tokens for r in self.waiting)
-            kv.waiting_demand_blocks = kv.blocks_for(pending)
+            demand = -(-pending // self.block_size)
+        self.mars.observe_kv(self.kv_cache_manager.block_pool.get_num_free_blocks(), demand)
 
     def _order(self, now: float) -> None:
         creqs, requests = self._creqs, self.requests
@@ -375,11 +367,8 @@ class MarsSchedulerMixin:
         if c is None or n <= 1:
             return n
         c.computed_tokens = min(num_computed_tokens, request.num_prompt_tokens)
-        if c.is_prefill:
-            capped = self.mars.chunk_tokens(c, n)
-        else:   # a resumed request recomputing its own output tokens: still a prefill chunk
-            quantum = self.mars.ordering.prefill_quantum(c, self.mars.ctx)
-            capped = n if quantum is None else min(n, quantum)
+        # past the prompt, n > 1 tokens are a resumed request recomputing its own outputs
+        capped = self.mars.chunk_tokens(c, n, remaining=n)
         if capped < n:
             self.mars_counters["quantum_capped_chunks"] += 1
         return max(1, capped)
@@ -458,7 +447,6 @@ class MarsSchedulerMixin:
 
     def _after_step(self, out: SchedulerOutput, now: float) -> None:
         creqs, requests, resume, lost = self._creqs, self.requests, self._resume_pins, self._lost_on_preempt
-        kv = self.mars.ctx.kv
         scheduled, prefill = [], 0
         for rid, n in out.num_scheduled_tokens.items():
             c = creqs.get(rid)
@@ -470,8 +458,7 @@ class MarsSchedulerMixin:
             if n > 1:
                 prefill += n
             if not c.started:           # queueing delay inside the engine ends here
-                wait = now - self._enqueued_s.pop(rid, now)
-                kv.prefill_start_latency_s += LATENCY_EMA * (wait - kv.prefill_start_latency_s)
+                self.mars.observe_prefill_start(now - self._enqueued_s.pop(rid, now))
             if resume and rid in resume:  # its prefix lookup is done: it holds the blocks now
                 self._unpin(resume.pop(rid), "resume")
             if lost and rid in lost:      # back after preemption: what the prefix cache lost
@@ -508,10 +495,8 @@ class MarsSchedulerMixin:
         self.history.add(c.session_id, now, "turn_finished", rid, c.turn_index, c.output_tokens,
                          "aborted" if aborted else "finished")
         if not aborted:
-            session = self.mars.ctx.sessions.get(c.session_id)
             hint = tool_hint_of(request, c.session_id, now)
-            if session is not None and hint is not None and session.in_tool is None:
-                session.in_tool = hint
+            if hint is not None and self.mars.hint_tool(c.session_id, hint):
                 self.mars_counters["tool_hints"] += 1
         blocks = [] if aborted else self._pinnable_blocks(rid)
         decision = self.mars.on_request_finished(c, len(blocks), now)
@@ -548,9 +533,8 @@ class MarsSchedulerMixin:
         self.history.add(pin.session_id, now, "pin_released", reason, pin.blocks, now - pin.pinned_s)
 
     def release_all_pins(self) -> int:
-        pins = [p for p in self.mars.ctx.pins]
+        pins = self.mars.release_all_pins()
         for pin in pins:
-            self.mars.release_pin(pin.session_id)
             self._unpin(pin, "reset")
         for rid in list(self._resume_pins):
             self._unpin(self._resume_pins.pop(rid), "reset")
@@ -596,7 +580,7 @@ class MarsSchedulerMixin:
             **self.mars.stats(),
             "engine": {"running": running, "waiting": waiting,
                        "parked_requests": self._num_parked, "parked_sessions": len(self._parked),
-                       "overflow_requests": len(self._overflow),
+                       "overflow_requests": len(self._window),
                        "free_blocks": pool.get_num_free_blocks(),
                        "total_blocks": pool.num_gpu_blocks - 1,
                        "kv_usage": pool.get_usage()},
@@ -604,14 +588,114 @@ class MarsSchedulerMixin:
         }
 
 
-def _define_classes() -> None:
-    for name in policy_names():
-        stem = class_stem(name)
-        for base, suffix in ((Scheduler, "Scheduler"), (AsyncScheduler, "AsyncScheduler")):
-            cls = type(f"{stem}{suffix}", (MarsSchedulerMixin, base),
-                       {"POLICY": name, "__module__": __name__,
-                        "__doc__": f"vLLM {base.__name__} driven by the {name!r} policy."})
-            globals()[cls.__name__] = cls
+# ---- one class pair per registered policy (`scheduler_class_path` names them) -------------------
 
 
-_define_classes()
+class FcfsScheduler(MarsSchedulerMixin, Scheduler):
+    """vLLM Scheduler driven by the "fcfs" policy."""
+    POLICY = "fcfs"
+
+
+class FcfsAsyncScheduler(MarsSchedulerMixin, AsyncScheduler):
+    """vLLM AsyncScheduler driven by the "fcfs" policy."""
+    POLICY = "fcfs"
+
+
+class AutellixScheduler(MarsSchedulerMixin, Scheduler):
+    """vLLM Scheduler driven by the "autellix" policy."""
+    POLICY = "autellix"
+
+
+class AutellixAsyncScheduler(MarsSchedulerMixin, AsyncScheduler):
+    """vLLM AsyncScheduler driven by the "autellix" policy."""
+    POLICY = "autellix"
+
+
+class InferceptScheduler(MarsSchedulerMixin, Scheduler):
+    """vLLM Scheduler driven by the "infercept" policy."""
+    POLICY = "infercept"
+
+
+class InferceptAsyncScheduler(MarsSchedulerMixin, AsyncScheduler):
+    """vLLM AsyncScheduler driven by the "infercept" policy."""
+    POLICY = "infercept"
+
+
+class ContinuumScheduler(MarsSchedulerMixin, Scheduler):
+    """vLLM Scheduler driven by the "continuum" policy."""
+    POLICY = "continuum"
+
+
+class ContinuumAsyncScheduler(MarsSchedulerMixin, AsyncScheduler):
+    """vLLM AsyncScheduler driven by the "continuum" policy."""
+    POLICY = "continuum"
+
+
+class ContinuumDyScheduler(MarsSchedulerMixin, Scheduler):
+    """vLLM Scheduler driven by the "continuum-dy" policy."""
+    POLICY = "continuum-dy"
+
+
+class ContinuumDyAsyncScheduler(MarsSchedulerMixin, AsyncScheduler):
+    """vLLM AsyncScheduler driven by the "continuum-dy" policy."""
+    POLICY = "continuum-dy"
+
+
+class MarsScheduler(MarsSchedulerMixin, Scheduler):
+    """vLLM Scheduler driven by the "mars" policy."""
+    POLICY = "mars"
+
+
+class MarsAsyncScheduler(MarsSchedulerMixin, AsyncScheduler):
+    """vLLM AsyncScheduler driven by the "mars" policy."""
+    POLICY = "mars"
+
+
+class MarsNoPriorityScheduler(MarsSchedulerMixin, Scheduler):
+    """vLLM Scheduler driven by the "mars-no-priority" policy."""
+    POLICY = "mars-no-priority"
+
+
+class MarsNoPriorityAsyncScheduler(MarsSchedulerMixin, AsyncScheduler):
+    """vLLM AsyncScheduler driven by the "mars-no-priority" policy."""
+    POLICY = "mars-no-priority"
+
+
+class MarsNoAdmissionScheduler(MarsSchedulerMixin, Scheduler):
+    """vLLM Scheduler driven by the "mars-no-admission" policy."""
+    POLICY = "mars-no-admission"
+
+
+class MarsNoAdmissionAsyncScheduler(MarsSchedulerMixin, AsyncScheduler):
+    """vLLM AsyncScheduler driven by the "mars-no-admission" policy."""
+    POLICY = "mars-no-admission"
+
+
+class MarsNoRetentionScheduler(MarsSchedulerMixin, Scheduler):
+    """vLLM Scheduler driven by the "mars-no-retention" policy."""
+    POLICY = "mars-no-retention"
+
+
+class MarsNoRetentionAsyncScheduler(MarsSchedulerMixin, AsyncScheduler):
+    """vLLM AsyncScheduler driven by the "mars-no-retention" policy."""
+    POLICY = "mars-no-retention"
+
+
+class MarsNoChunkShrinkScheduler(MarsSchedulerMixin, Scheduler):
+    """vLLM Scheduler driven by the "mars-no-chunk-shrink" policy."""
+    POLICY = "mars-no-chunk-shrink"
+
+
+class MarsNoChunkShrinkAsyncScheduler(MarsSchedulerMixin, AsyncScheduler):
+    """vLLM AsyncScheduler driven by the "mars-no-chunk-shrink" policy."""
+    POLICY = "mars-no-chunk-shrink"
+
+
+class ThunderagentScheduler(MarsSchedulerMixin, Scheduler):
+    """vLLM Scheduler driven by the "thunderagent" policy."""
+    POLICY = "thunderagent"
+
+
+class ThunderagentAsyncScheduler(MarsSchedulerMixin, AsyncScheduler):
+    """vLLM AsyncScheduler driven by the "thunderagent" policy."""
+    POLICY = "thunderagent"

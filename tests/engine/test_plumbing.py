@@ -1,12 +1,16 @@
 """Launcher, version guard, metadata alias, session-id middleware and metrics (no engine)."""
 from __future__ import annotations
 
+import ast
+import importlib.util
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
+from mars_openhands.core import policy_names
 from mars_openhands.vllm import serve, version
 from mars_openhands.vllm.scheduler_path import MODULE, class_stem, scheduler_class_path
 from mars_openhands.vllm.session import session_of, turn_index_of
@@ -18,6 +22,20 @@ def test_class_paths_name_one_class_per_policy():
     assert class_stem("continuum-dy") == "ContinuumDy"
     assert scheduler_class_path("mars", True) == f"{MODULE}.MarsAsyncScheduler"
     assert MODULE == "mars_openhands.vllm.scheduler"
+
+
+def test_scheduler_classes_are_written_out_one_pair_per_policy():
+    """Readers and static tools see every class: one `class` statement per path, none extra."""
+    source = Path(importlib.util.find_spec(MODULE).origin).read_text()
+    policies = {}
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.ClassDef) and any(getattr(b, "id", "") == "MarsSchedulerMixin" for b in node.bases):
+            [value] = [s.value.value for s in node.body if isinstance(s, ast.Assign)
+                       and [t.id for t in s.targets] == ["POLICY"]]
+            policies[node.name] = value
+    expected = {scheduler_class_path(name, a).rsplit(".", 1)[1]: name
+                for name in policy_names() for a in (False, True)}
+    assert policies == expected
 
 
 def test_version_guard_refuses_untested_vllm_unless_overridden(monkeypatch):
