@@ -154,14 +154,6 @@ class ToolPool:
         for p in procs:
             await p.wait()
 
-    def kill_all(self) -> None:
-        """Synchronous last resort (signal handlers, atexit): SIGKILL every live child."""
-        for pid in self.live_pids():
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-
     async def close(self) -> None:
         """Refuse new calls, fail queued ones, kill and reap every running child."""
         self._closed = True
