@@ -12,9 +12,13 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
+from evaluation.swebench.records import JSONDict
 from mars_openhands.openhands.config import MarsConfig
+
+if TYPE_CHECKING:  # the SDK is imported when an agent runs, not when this module loads
+    from openhands.sdk.conversation import BaseConversation
 
 #: Conversation statuses after which the agent ended on its own terms.
 FINISHED = "finished"
@@ -25,8 +29,8 @@ class AgentOutcome:
     conversation_id: str
     status: str
     error: str | None = None
-    history: list[dict[str, Any]] = field(default_factory=list)
-    metrics: dict[str, Any] = field(default_factory=dict)
+    history: list[JSONDict] = field(default_factory=list)
+    metrics: JSONDict = field(default_factory=dict)
     started_at: float = 0.0
     ended_at: float = 0.0
 
@@ -35,26 +39,26 @@ class AgentOutcome:
         return self.ended_at - self.started_at
 
 
-def _status(conv: Any) -> str:
+def _status(conv: BaseConversation) -> str:
     status = conv.state.execution_status
     return str(getattr(status, "value", status))
 
 
-def _metrics(conv: Any) -> dict[str, Any]:
+def _metrics(conv: BaseConversation) -> JSONDict:
     try:
         return conv.conversation_stats.get_combined_metrics().model_dump(mode="json")
     except Exception as e:  # noqa: BLE001 - metrics are a record, never a reason to lose the run
         return {"error": f"{type(e).__name__}: {e}"}
 
 
-def _history(conv: Any) -> list[dict[str, Any]]:
+def _history(conv: BaseConversation) -> list[JSONDict]:
     return [event.model_dump(mode="json") for event in conv.state.events]
 
 
 def run_agent(cfg: MarsConfig, instruction: str, workspace: Any, *, persistence_dir: Path | None = None,
               conversation_id: uuid.UUID | None = None, stop: threading.Event | None = None,
-              on_start: Callable[[Any], None] | None = None,
-              on_end: Callable[[Any], None] | None = None) -> AgentOutcome:
+              on_start: Callable[[BaseConversation], None] | None = None,
+              on_end: Callable[[BaseConversation], None] | None = None) -> AgentOutcome:
     """Run the agent on `instruction` to its end; never raises for agent or tool failures.
 
     `workspace` is a local directory or an SDK workspace (Docker). `on_start`/`on_end` let the
@@ -66,7 +70,7 @@ def run_agent(cfg: MarsConfig, instruction: str, workspace: Any, *, persistence_
 
     conv_id = conversation_id or uuid.uuid4()
     started = time.time()
-    conv = None
+    conv: BaseConversation | None = None
     try:
         if stop is not None and stop.is_set():
             return AgentOutcome(str(conv_id), "interrupted", "interrupted before start", started_at=started,

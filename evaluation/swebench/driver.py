@@ -22,7 +22,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from queue import Empty, Queue
-from typing import Any, Callable, Protocol
+from types import FrameType
+from typing import Callable, Generic, Protocol, TypeVar
 
 from tqdm import tqdm
 
@@ -33,6 +34,7 @@ from evaluation.swebench.llm_proxy import OracleProxy
 from evaluation.swebench.oracle import ORACLE_LABEL, Oracle, plan_trajectory
 from evaluation.swebench.outputs import RunFiles
 from evaluation.swebench.prompt import render_instruction
+from evaluation.swebench.records import EngineTurn, JSONDict, RunRecord, SweInstance, Timings, TokenUsage
 from mars_openhands.openhands.config import MarsConfig
 from mars_openhands.openhands.record import RecordError, record, record_conversation
 from mars_openhands.workload.trace import write_trace
@@ -41,18 +43,20 @@ log = logging.getLogger("evaluation.swebench.driver")
 
 ORACLE, MODEL = "oracle", "model"
 
+W = TypeVar("W")  # a backend's workspace: a local directory, a container
 
-class Backend(Protocol):
+
+class Backend(Protocol[W]):
     """Where instances run and how they are graded (offline host or Docker): see modes.py."""
 
     name: str
 
-    def create_workspace(self, instance: dict, scratch: Path) -> Any: ...
-    def agent_workspace(self, workspace: Any) -> Any: ...
-    def local_path(self, workspace: Any) -> Path | None: ...
-    def extract_patch(self, workspace: Any, base_commit: str) -> str: ...
-    def remove_workspace(self, workspace: Any) -> None: ...
-    def grade(self, instance: dict, patch: str, log_dir: Path) -> dict | None: ...
+    def create_workspace(self, instance: SweInstance, scratch: Path | None) -> W: ...
+    def agent_workspace(self, workspace: W) -> object: ...  # what the SDK's Conversation gets
+    def local_path(self, workspace: W) -> Path | None: ...
+    def extract_patch(self, workspace: W, base_commit: str) -> str: ...
+    def remove_workspace(self, workspace: W) -> None: ...
+    def grade(self, instance: SweInstance, patch: str, log_dir: Path) -> JSONDict | None: ...
     def stop(self) -> None: ...
 
 
@@ -64,7 +68,7 @@ class DriverConfig:
     engine_url: str | None = None     # the vLLM engine (oracle requests, stats sampling)
     workers: int = 1
     model_name: str = "mars-openhands"
-    metadata: dict[str, Any] = field(default_factory=dict)
+    metadata: JSONDict = field(default_factory=dict)
     progress: bool = True
 
 
@@ -79,18 +83,22 @@ class RunSummary:
     wall_s: float = 0.0
 
 
+class _Pausable(Protocol):
+    def pause(self) -> None: ...
+
+
 class _Live:
     """Conversations in flight, so an interrupt can pause them all."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._convs: set[Any] = set()
+        self._convs: set[_Pausable] = set()
 
-    def add(self, conv: Any) -> None:
+    def add(self, conv: _Pausable) -> None:
         with self._lock:
             self._convs.add(conv)
 
-    def discard(self, conv: Any) -> None:
+    def discard(self, conv: _Pausable) -> None:
         with self._lock:
             self._convs.discard(conv)
 
@@ -123,16 +131,10 @@ class _ThreadLog(logging.Handler):
         super().close()
 
 
-def _usage(metrics: dict[str, Any]) -> dict[str, Any]:
-    usage = metrics.get("accumulated_token_usage") or {}
-    keys = ("prompt_tokens", "completion_tokens", "cache_read_tokens")
-    return {k: usage.get(k, 0) for k in keys} | {"llm_calls": len(metrics.get("response_latencies") or [])}
-
-
-class Driver:
+class Driver(Generic[W]):
     """Runs instances with `workers` threads; one `Driver` per run directory."""
 
-    def __init__(self, config: DriverConfig, backend: Backend,
+    def __init__(self, config: DriverConfig, backend: Backend[W],
                  agent_fn: Callable[..., AgentOutcome] = run_agent):
         if config.workers < 1:
             raise ValueError(f"workers: must be >= 1, got {config.workers}")
@@ -151,111 +153,113 @@ class Driver:
 
     # ---- one instance ------------------------------------------------------------------------
 
-    def _agent_config(self, instance: dict, workspace: Path) -> MarsConfig:
+    def _agent_config(self, instance: SweInstance, workspace: Path) -> MarsConfig:
         cfg = self.config.agent
         if self.config.harness != ORACLE:
             return cfg
         assert self.proxy is not None
-        oracle = Oracle(instance["instance_id"], plan_trajectory(instance, workspace))
-        url = self.proxy.register(instance["instance_id"], oracle)
+        oracle = Oracle(instance.instance_id, plan_trajectory(instance, workspace))
+        url = self.proxy.register(instance.instance_id, oracle)
         return dataclasses.replace(cfg, llm=dataclasses.replace(cfg.llm, model=f"openai/{ORACLE_LABEL}",
                                                                 base_url=url))
 
-    def solve(self, instance: dict) -> dict[str, Any]:
+    def solve(self, instance: SweInstance) -> RunRecord:
         """Everything for one instance; always returns a record (errors inside it)."""
-        iid = instance["instance_id"]
+        iid = instance.instance_id
         idir = self.files.instance_dir(iid)
-        record: dict[str, Any] = {"instance_id": iid, "harness": self.config.harness,
-                                  "mode": self.backend.name, "test_result": {"git_patch": ""},
-                                  "error": None, "history": [], "metrics": {}}
         start = time.time()
-        workspace = None
+        workspace: W | None = None
         outcome: AgentOutcome | None = None
+        instruction: str | None = None
+        error: str | None = None
+        patch = ""
         try:
             workspace = self.backend.create_workspace(instance, self.scratch)
             local = self.backend.local_path(workspace)
-            where = str(local) if local is not None else "/testbed"
-            record["instruction"] = instruction = render_instruction(instance, where)
+            instruction = render_instruction(instance, str(local) if local is not None else "/testbed")
             cfg = self._agent_config(instance, local) if local is not None else self.config.agent
             outcome = self.agent_fn(cfg, instruction, self.backend.agent_workspace(workspace),
                                     persistence_dir=idir / "conversation", stop=self.stop,
                                     on_start=self.live.add, on_end=self.live.discard)
-            record.update(conversation_id=outcome.conversation_id, status=outcome.status,
-                          error=outcome.error, history=outcome.history, metrics=outcome.metrics,
-                          token_usage=_usage(outcome.metrics))
+            error = outcome.error
         except Exception as e:  # noqa: BLE001 - recorded; the run goes on
             log.exception("%s: failed", iid)
-            record.update(status="error", error=f"{type(e).__name__}: {e}")
+            outcome, error = None, f"{type(e).__name__}: {e}"
         finally:
             if workspace is not None:
                 try:
-                    record["test_result"]["git_patch"] = self.backend.extract_patch(
-                        workspace, instance["base_commit"])
+                    patch = self.backend.extract_patch(workspace, instance.base_commit)
                 except Exception as e:  # noqa: BLE001
-                    record["error"] = record["error"] or f"patch extraction failed: {e}"
+                    error = error or f"patch extraction failed: {e}"
         end = time.time()
+        turns: tuple[EngineTurn, ...] | None = None
         if self.proxy is not None:
-            record["engine_turns"] = [dataclasses.asdict(t) for t in self.proxy.turns(iid)]
+            turns = tuple(self.proxy.turns(iid))
             self.proxy.unregister(iid)
-        record["timings"] = {"start": start, "end": end, "duration_s": end - start,
-                             "agent_s": outcome.duration_s if outcome else None}
-        patch = record["test_result"]["git_patch"]
         (idir / "patch.diff").write_text(patch)
+        report: JSONDict | None = None
         if not self.stop.is_set():
             try:
-                record["report"] = self.backend.grade(instance, patch, idir / "eval")
+                report = self.backend.grade(instance, patch, idir / "eval")
             except Exception as e:  # noqa: BLE001
-                record["report"] = {"status": "error", "error": f"{type(e).__name__}: {e}"}
+                report = {"status": "error", "error": f"{type(e).__name__}: {e}"}
         if workspace is not None:
             self.backend.remove_workspace(workspace)
-        (idir / "history.json").write_text(json.dumps(record["history"]))
-        record["trace"] = _record_trace(idir)
-        return record
+        history = outcome.history if outcome else []
+        (idir / "history.json").write_text(json.dumps(history))
+        return RunRecord(
+            instance_id=iid, harness=self.config.harness, mode=self.backend.name, git_patch=patch, error=error,
+            status=outcome.status if outcome else "error",
+            timings=Timings(start, end, end - start, outcome.duration_s if outcome else None),
+            history=history, metrics=outcome.metrics if outcome else {}, trace=_record_trace(idir),
+            instruction=instruction, conversation_id=outcome.conversation_id if outcome else None,
+            token_usage=TokenUsage.from_metrics(outcome.metrics) if outcome else None,
+            engine_turns=turns, report=report)
 
     # ---- the run -----------------------------------------------------------------------------
 
-    def _worker(self, queue: "Queue[dict]", done: Callable[[dict], None]) -> None:
+    def _worker(self, queue: Queue[SweInstance], done: Callable[[RunRecord], None]) -> None:
         while not self.stop.is_set():
             try:
                 instance = queue.get_nowait()
             except Empty:
                 return
-            iid = instance["instance_id"]
+            iid = instance.instance_id
             threading.current_thread().name = f"swe-{iid}"
             handler = _ThreadLog(self.files.reset_instance_dir(iid) / "agent.log", threading.current_thread().name)
             logging.getLogger().addHandler(handler)
             try:
-                record = self.solve(instance)
+                result = self.solve(instance)
             finally:
                 logging.getLogger().removeHandler(handler)
                 handler.close()
-            done(record)
+            done(result)
 
-    def run(self, instances: list[dict]) -> RunSummary:
+    def run(self, instances: list[SweInstance]) -> RunSummary:
         """Run every instance not finished in this run directory yet."""
         t0 = time.time()
         finished = self.files.finished_ids()
-        todo = [i for i in instances if i["instance_id"] not in finished]
+        todo = [i for i in instances if i.instance_id not in finished]
         summary = RunSummary(self.config.run_dir, skipped=len(instances) - len(todo))
         self.files.write_metadata(self.config.metadata)
-        self.files.prepare_resume(i["instance_id"] for i in todo)
+        self.files.prepare_resume(i.instance_id for i in todo)
         if not todo:
             return summary
-        queue: Queue[dict] = Queue()
+        queue: Queue[SweInstance] = Queue()
         for inst in todo:
             queue.put(inst)
         bar = tqdm(total=len(todo), desc=f"swe-bench {self.config.metadata.get('policy', '')}".strip(),
                    unit="task", disable=not self.config.progress, file=sys.stderr)
         lock = threading.Lock()
 
-        def done(record: dict) -> None:
+        def done(result: RunRecord) -> None:
             with lock:
-                if self.stop.is_set() and record.get("status") == "interrupted":
-                    record["error"] = record.get("error") or "interrupted"
-                self.files.append(record, self.config.model_name)
+                if self.stop.is_set() and result.status == "interrupted" and not result.error:
+                    result = dataclasses.replace(result, error="interrupted")
+                self.files.append(result, self.config.model_name)
                 summary.attempted += 1
-                summary.failed += bool(record.get("error"))
-                summary.resolved += bool((record.get("report") or {}).get("resolved"))
+                summary.failed += not result.finished
+                summary.resolved += result.resolved
                 bar.update(1)
                 bar.set_postfix(resolved=summary.resolved, failed=summary.failed)
 
@@ -265,7 +269,7 @@ class Driver:
         self.scratch = Path(tempfile.mkdtemp(prefix="mars-swe-"))
         try:
             with TmuxScope() as tmux:
-                if self.config.harness == ORACLE:
+                if self.config.harness == ORACLE and self.config.engine_url:  # __init__ requires the url
                     self.proxy = OracleProxy(self.config.engine_url)
                 if sampler:
                     sampler.start()
@@ -341,5 +345,5 @@ def write_run_trace(run_dir: Path) -> int:
     return len(sessions)
 
 
-def _raise_interrupt(signum: int, frame: Any) -> None:
+def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt(f"signal {signum}")

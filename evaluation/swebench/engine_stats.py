@@ -15,6 +15,8 @@ from pathlib import Path
 
 import httpx
 
+from evaluation.swebench.records import JSONDict
+
 log = logging.getLogger("evaluation.swebench.engine_stats")
 
 STATS_PATH = "/mars/v1/stats"
@@ -38,7 +40,7 @@ class StatsSampler:
         self._thread.start()
         return self
 
-    def sample(self) -> dict | None:
+    def sample(self) -> JSONDict | None:
         try:
             r = self._client.get(self.url)
         except httpx.HTTPError as e:
@@ -50,7 +52,7 @@ class StatsSampler:
             return None
         if r.status_code != 200:
             return None
-        stats = r.json()
+        stats: JSONDict = r.json()
         with self.out.open("a") as f:
             f.write(json.dumps({"t": time.time(), "stats": stats}) + "\n")
         self.last.write_text(json.dumps(stats, indent=2) + "\n")

@@ -21,22 +21,24 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a hub name must fail fast, not r
 from tqdm import tqdm  # noqa: E402
 
 from evaluation.swebench.grading import EMPTY, ERROR, RESOLVED, UNRESOLVED, GradeResult, grade  # noqa: E402
+from evaluation.swebench.records import JSONDict, Prediction, SweInstance  # noqa: E402
 from evaluation.swebench.tasks import TASK_REPO, load_instances  # noqa: E402
 
 
-def load_predictions(path: str, instance_ids: list[str] | None, task_repo: Path) -> list[dict]:
-    """Predictions from a .json/.jsonl file, or the gold patches with ``gold``."""
+def load_predictions(path: str, instance_ids: list[str] | None, task_repo: Path) -> list[Prediction]:
+    """Predictions from a .json/.jsonl file, or the gold patches with ``gold`` (read by swebench)."""
     from swebench.harness.utils import get_predictions_from_file
 
     if path != "gold" and not Path(path).is_file():
         raise FileNotFoundError(f"predictions file not found: {path}")
-    preds = get_predictions_from_file(path, "", "test", task_repo=str(task_repo), instance_ids=instance_ids)
+    preds = [Prediction.from_dict(p) for p in
+             get_predictions_from_file(path, "", "test", task_repo=str(task_repo), instance_ids=instance_ids)]
     if instance_ids:
-        preds = [p for p in preds if p["instance_id"] in set(instance_ids)]
+        preds = [p for p in preds if p.instance_id in set(instance_ids)]
     return preds
 
 
-def summarize(results: list[GradeResult], run_id: str, model: str, total: int) -> dict:
+def summarize(results: list[GradeResult], run_id: str, model: str, total: int) -> JSONDict:
     by_status = {s: sorted(r.instance_id for r in results if r.status == s)
                  for s in (RESOLVED, UNRESOLVED, EMPTY, ERROR)}
     return {
@@ -59,21 +61,25 @@ def summarize(results: list[GradeResult], run_id: str, model: str, total: int) -
     }
 
 
-def run(predictions: list[dict], instances: list[dict], run_id: str, log_root: Path,
+def run(predictions: list[Prediction], instances: list[SweInstance], run_id: str, log_root: Path,
         workers: int, timeout: float) -> list[GradeResult]:
-    by_id = {i["instance_id"]: i for i in instances}
-    unknown = sorted({p["instance_id"] for p in predictions} - set(by_id))
+    by_id = {i.instance_id: i for i in instances}
+    unknown = sorted({p.instance_id for p in predictions} - set(by_id))
     if unknown:
         raise ValueError(f"predictions for instances not in the task repo: {' '.join(unknown)}")
 
-    def one(pred: dict) -> GradeResult:
-        model = (pred.get("model_name_or_path") or "None").replace("/", "__")
-        log_dir = log_root / run_id / model / pred["instance_id"]
-        return grade(by_id[pred["instance_id"]], pred.get("model_patch"), model_name=model,
-                     log_dir=log_dir, timeout=timeout)
+    def one(pred: Prediction) -> GradeResult:
+        model = _log_name(pred.model_name_or_path)
+        log_dir = log_root / run_id / model / pred.instance_id
+        return grade(by_id[pred.instance_id], pred.model_patch, model_name=model, log_dir=log_dir, timeout=timeout)
 
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         return list(tqdm(pool.map(one, predictions), total=len(predictions), desc="grading", unit="task"))
+
+
+def _log_name(model: str) -> str:
+    """A model name as swebench's log and report paths spell it."""
+    return (model or "None").replace("/", "__")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -94,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     except (FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    model = predictions[0].get("model_name_or_path", "None").replace("/", "__") if predictions else "None"
+    model = _log_name(predictions[0].model_name_or_path) if predictions else "None"
     summary = summarize(results, args.run_id, model, len(instances))
     args.report_dir.mkdir(parents=True, exist_ok=True)
     out = args.report_dir / f"{model}.{args.run_id}.json"

@@ -36,13 +36,14 @@ from swebench.harness.grading import get_eval_report
 from swebench.harness.run_evaluation import GIT_APPLY_CMDS
 from swebench.harness.utils import make_test_spec
 
+from evaluation.swebench.records import JSONDict, Prediction, SweInstance
 from evaluation.swebench.workspace import create_workspace, git_env
 
 RESOLVED, UNRESOLVED, EMPTY, ERROR = "resolved", "unresolved", "empty", "error"
-_RUNNING: set[subprocess.Popen] = set()  # eval scripts in flight, for kill_running_evals()
+_RUNNING: set[subprocess.Popen[bytes]] = set()  # eval scripts in flight, for kill_running_evals()
 _RUNNING_LOCK = threading.Lock()
-_REQUIRED = ("instance_id", "repo", "base_commit", "image", "version", "eval_script",
-             "log_parser", "eval_type", "FAIL_TO_PASS", "PASS_TO_PASS")
+#: Columns of a task repo's instances (beyond every SWE-bench instance's) that host grading needs.
+_GRADING_COLUMNS = ("image", "eval_script", "log_parser", "eval_type")
 
 
 @dataclass
@@ -51,7 +52,7 @@ class GradeResult:
 
     instance_id: str
     status: str
-    report: dict = field(default_factory=dict)
+    report: JSONDict = field(default_factory=dict)
     error: str | None = None
     test_output: str = ""
     duration_s: float = 0.0
@@ -61,15 +62,16 @@ class GradeResult:
     def resolved(self) -> bool:
         return self.status == RESOLVED
 
-    def to_json(self) -> dict:
+    def to_json(self) -> JSONDict:
         return {"instance_id": self.instance_id, "status": self.status, "resolved": self.resolved,
                 "error": self.error, "duration_s": round(self.duration_s, 3), "report": self.report}
 
 
-def _check_instance(instance: dict) -> None:
-    missing = [k for k in _REQUIRED if k not in instance]
+def _check_instance(instance: SweInstance) -> None:
+    missing = [k for k in _GRADING_COLUMNS if k not in instance.extra]
     if missing:
-        raise ValueError(f"instance {instance.get('instance_id', '?')!r} lacks {', '.join(missing)}")
+        raise ValueError(f"instance {instance.instance_id!r} lacks {', '.join(missing)} (host grading needs "
+                         "a task repo's eval script)")
 
 
 def _apply_patch(workspace: Path, patch_file: Path, log: list[str]) -> bool:
@@ -88,7 +90,7 @@ def _apply_patch(workspace: Path, patch_file: Path, log: list[str]) -> bool:
     return False
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
@@ -141,7 +143,7 @@ def run_eval_script(eval_file: Path, workspace: Path, output: Path, python: str,
 
 
 def grade(
-    instance: dict,
+    instance: SweInstance,
     model_patch: str | None,
     *,
     model_name: str = "mars-openhands",
@@ -156,14 +158,14 @@ def grade(
     which is always removed. ``python`` is the interpreter that runs the tests.
     """
     _check_instance(instance)
-    iid = instance["instance_id"]
+    iid = instance.instance_id
     start = time.perf_counter()
     if model_patch is None or not model_patch.strip():
         report = {"patch_is_None": model_patch is None, "patch_exists": False,
                   "patch_successfully_applied": False, "resolved": False}
         return GradeResult(iid, EMPTY, report, duration_s=time.perf_counter() - start)
 
-    test_spec = make_test_spec(instance)
+    test_spec = make_test_spec(instance.to_dict())
     scratch = Path(tempfile.mkdtemp(prefix=f"swe-grade-{iid}-"))
     logs = Path(log_dir) if log_dir is not None else scratch / "logs"
     logs.mkdir(parents=True, exist_ok=True)
@@ -176,7 +178,7 @@ def grade(
         patch_file = logs / "patch.diff"
         patch_file.write_text(model_patch)
         if not _apply_patch(workspace, patch_file.resolve(), run_log):
-            result.error = f"{APPLY_PATCH_FAIL}: the model patch does not apply at {instance['base_commit']}"
+            result.error = f"{APPLY_PATCH_FAIL}: the model patch does not apply at {instance.base_commit}"
             return result
         eval_file = logs / "eval.sh"
         eval_file.write_text(test_spec.eval_script)
@@ -186,7 +188,7 @@ def grade(
         if not finished:
             result.error = f"{TESTS_TIMEOUT}: killed after at most {timeout} s"
             return result
-        prediction = {"instance_id": iid, "model_patch": model_patch, "model_name_or_path": model_name}
+        prediction = Prediction(iid, model_name, model_patch).to_dict()
         report = get_eval_report(test_spec, prediction, str(output), include_tests_status=True)
         result.report = report[iid]
         (logs / LOG_REPORT).write_text(json.dumps(report, indent=4))

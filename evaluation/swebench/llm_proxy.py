@@ -21,11 +21,11 @@ import threading
 import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
 
 import httpx
 
 from evaluation.swebench.oracle import Oracle
+from evaluation.swebench.records import EngineTurn, JSONDict
 
 log = logging.getLogger("evaluation.swebench.llm_proxy")
 
@@ -37,21 +37,9 @@ class EngineUnavailable(RuntimeError):
 
 
 @dataclass
-class TurnRecord:
-    """One forwarded turn, as the proxy measured it."""
-
-    turn: int
-    prompt_tokens: int
-    output_tokens: int
-    cached_tokens: int
-    engine_s: float
-    session_id: str | None
-
-
-@dataclass
 class _Entry:
     oracle: Oracle
-    turns: list[TurnRecord] = field(default_factory=list)
+    turns: list[EngineTurn] = field(default_factory=list)
 
 
 class OracleProxy:
@@ -95,7 +83,7 @@ class OracleProxy:
             self._entries[key] = _Entry(oracle)
         return f"http://127.0.0.1:{self.port}/oracle/{key}/v1"
 
-    def turns(self, key: str) -> list[TurnRecord]:
+    def turns(self, key: str) -> list[EngineTurn]:
         with self._lock:
             entry = self._entries.get(key)
             return list(entry.turns) if entry else []
@@ -110,7 +98,7 @@ class OracleProxy:
         try:
             r = self._client.get(f"{self.engine_url}/v1/models", timeout=10.0)
             r.raise_for_status()
-            models = [m["id"] for m in r.json().get("data", [])]
+            models = [str(m["id"]) for m in r.json().get("data", [])]
         except (httpx.HTTPError, ValueError, KeyError) as e:
             raise EngineUnavailable(f"engine at {self.engine_url}: cannot list models ({e})") from None
         if not models:
@@ -124,9 +112,9 @@ class OracleProxy:
         r.raise_for_status()
         return max(1, min(self.max_output_tokens, int(r.json()["count"])))
 
-    def forward(self, body: dict[str, Any], headers: dict[str, str], n_out: int) -> dict[str, Any]:
+    def forward(self, body: JSONDict, headers: dict[str, str], n_out: int) -> JSONDict:
         """The agent's prompt to the engine, with its session tags and a forced output length."""
-        req: dict[str, Any] = {
+        req: JSONDict = {
             "model": self.engine_model, "messages": body["messages"], "stream": False,
             "max_tokens": n_out, "min_tokens": n_out, "ignore_eos": True, "temperature": 0.0,
         }
@@ -138,11 +126,12 @@ class OracleProxy:
         r = self._client.post(f"{self.engine_url}/v1/chat/completions", json=req, headers=headers)
         if r.status_code != 200:
             raise EngineUnavailable(f"engine answered HTTP {r.status_code}: {r.text[:300]}")
-        return r.json()
+        reply: JSONDict = r.json()
+        return reply
 
     # ---- one turn ----------------------------------------------------------------------------
 
-    def complete(self, key: str, body: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
+    def complete(self, key: str, body: JSONDict, headers: dict[str, str]) -> JSONDict:
         with self._lock:
             entry = self._entries.get(key)
         if entry is None:
@@ -157,7 +146,7 @@ class OracleProxy:
         engine = self.forward(body, headers, n_out)
         usage = engine.get("usage") or {}
         cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
-        record = TurnRecord(turn, int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0)),
+        record = EngineTurn(turn, int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0)),
                             int(cached), time.perf_counter() - t0, headers.get("X-Session-ID"))
         with self._lock:
             entry.turns.append(record)
@@ -175,10 +164,10 @@ class OracleProxy:
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
-            def log_message(self, fmt: str, *args: Any) -> None:
+            def log_message(self, fmt: str, *args: object) -> None:
                 log.debug("oracle proxy: " + fmt, *args)
 
-            def _reply(self, status: int, payload: dict[str, Any]) -> None:
+            def _reply(self, status: int, payload: JSONDict) -> None:
                 data = json.dumps(payload).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")

@@ -15,9 +15,10 @@ import shutil
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable, Literal, Protocol
 
 from evaluation.swebench import patches
+from evaluation.swebench.records import JSONDict, RecordError, SweInstance
 
 OFFLINE, FULL, AUTO = "offline", "full", "auto"
 
@@ -40,7 +41,7 @@ class OfflineBackend:
         self.grade_timeout_s = grade_timeout_s
         self.grading = grade
 
-    def create_workspace(self, instance: dict, scratch: Path | None) -> Path:
+    def create_workspace(self, instance: SweInstance, scratch: Path | None) -> Path:
         from evaluation.swebench.workspace import create_workspace
 
         ws = create_workspace(instance, parent=scratch)
@@ -59,7 +60,7 @@ class OfflineBackend:
     def remove_workspace(self, workspace: Path) -> None:
         shutil.rmtree(workspace, ignore_errors=True)
 
-    def grade(self, instance: dict, patch: str, log_dir: Path) -> dict | None:
+    def grade(self, instance: SweInstance, patch: str, log_dir: Path) -> JSONDict | None:
         if not self.grading:
             return None
         from evaluation.swebench.grading import grade
@@ -76,10 +77,11 @@ class OfflineBackend:
 
 # ---- full ------------------------------------------------------------------------------------
 
-Runner = Callable[[list[str]], subprocess.CompletedProcess]
+Runner = Callable[[list[str]], "subprocess.CompletedProcess[str]"]
+Loader = Callable[[str, str, "list[str] | None"], "list[SweInstance]"]
 
 
-def _run(cmd: list[str]) -> subprocess.CompletedProcess:
+def _run(cmd: list[str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=30)
 
 
@@ -106,7 +108,7 @@ def gpu_problem(run: Runner = _run) -> str | None:
     return None
 
 
-def load_dataset(name: str, split: str, instance_ids: list[str] | None) -> list[dict]:
+def load_dataset(name: str, split: str, instance_ids: list[str] | None) -> list[SweInstance]:
     """A SWE-bench dataset from the hub (offline: its local cache) or a local .json/.jsonl/.parquet."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # fail fast instead of retrying the hub for 26 s
     from swebench.harness.utils import load_swebench_dataset
@@ -114,13 +116,15 @@ def load_dataset(name: str, split: str, instance_ids: list[str] | None) -> list[
     instances = load_swebench_dataset(name, split, instance_ids)
     if not instances:
         raise ValueError(f"dataset {name!r} split {split!r}: no instances")
-    return list(instances)
+    return [SweInstance.from_dict(i) for i in instances]
 
 
 def dataset_problem(name: str, split: str, instance_ids: list[str] | None,
-                    loader: Callable[..., list[dict]] = load_dataset) -> tuple[str | None, list[dict]]:
+                    loader: Loader = load_dataset) -> tuple[str | None, list[SweInstance]]:
     try:
         return None, loader(name, split, instance_ids)
+    except RecordError as e:
+        return f"dataset: {name!r} (split {split!r}) has a bad row: {e}", []
     except Exception as e:  # noqa: BLE001 - datasets raises many kinds; the message says which
         return (f"dataset: {name!r} (split {split!r}) cannot be loaded offline "
                 f"({type(e).__name__}: {str(e)[:200]}); pass a local .json/.jsonl/.parquet file"), []
@@ -128,7 +132,7 @@ def dataset_problem(name: str, split: str, instance_ids: list[str] | None,
 
 @dataclass
 class Preflight:
-    instances: list[dict] = field(default_factory=list)
+    instances: list[SweInstance] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
 
     def raise_if_missing(self) -> None:
@@ -139,8 +143,7 @@ class Preflight:
 
 
 def preflight_full(dataset: str, split: str, instance_ids: list[str] | None, *, has_model: bool,
-                   engine_url: str | None, run: Runner = _run,
-                   loader: Callable[..., list[dict]] = load_dataset) -> Preflight:
+                   engine_url: str | None, run: Runner = _run, loader: Loader = load_dataset) -> Preflight:
     """Check everything full mode needs and collect every problem (not just the first)."""
     pre = Preflight()
     for problem in (docker_problem(run),):
@@ -168,10 +171,23 @@ def resolve_mode(mode: str, run: Runner = _run) -> str:
     return FULL if docker_problem(run) is None else OFFLINE
 
 
-def swebench_image(instance: dict) -> str:
+def swebench_image(instance: SweInstance) -> str:
     """The official per-instance evaluation image (swebench's naming: `__` becomes `_1776_`)."""
-    iid = instance["instance_id"].replace("__", "_1776_").lower()
+    iid = instance.instance_id.replace("__", "_1776_").lower()
     return f"swebench/sweb.eval.x86_64.{iid}:latest"
+
+
+class CommandResult(Protocol):
+    exit_code: int
+    stdout: str
+    stderr: str
+
+
+class ContainerWorkspace(Protocol):
+    """What the driver uses of the SDK's DockerDevWorkspace (the agent gets the object itself)."""
+
+    def execute_command(self, command: str, *, timeout: float) -> CommandResult: ...
+    def cleanup(self) -> None: ...
 
 
 class DockerBackend:
@@ -180,26 +196,27 @@ class DockerBackend:
     name = FULL
     WORKDIR = "/testbed"
 
-    def __init__(self, workspace_factory: Callable[..., Any] | None = None):
+    def __init__(self, workspace_factory: Callable[..., ContainerWorkspace] | None = None):
         self.workspace_factory = workspace_factory or self._dev_workspace
 
     @staticmethod
-    def _dev_workspace(**kwargs: Any) -> Any:
+    def _dev_workspace(*, base_image: str, working_dir: str,
+                       platform: Literal["linux/amd64", "linux/arm64"]) -> ContainerWorkspace:
         from openhands.workspace import DockerDevWorkspace
 
-        return DockerDevWorkspace(**kwargs)
+        return DockerDevWorkspace(base_image=base_image, working_dir=working_dir, platform=platform)
 
-    def create_workspace(self, instance: dict, scratch: Path | None) -> Any:
+    def create_workspace(self, instance: SweInstance, scratch: Path | None) -> ContainerWorkspace:
         return self.workspace_factory(base_image=swebench_image(instance), working_dir=self.WORKDIR,
                                       platform="linux/amd64")
 
-    def agent_workspace(self, workspace: Any) -> Any:
+    def agent_workspace(self, workspace: ContainerWorkspace) -> ContainerWorkspace:
         return workspace
 
-    def local_path(self, workspace: Any) -> None:
+    def local_path(self, workspace: ContainerWorkspace) -> None:
         return None
 
-    def extract_patch(self, workspace: Any, base_commit: str) -> str:
+    def extract_patch(self, workspace: ContainerWorkspace, base_commit: str) -> str:
         result = workspace.execute_command(
             f"cd {self.WORKDIR} && git add -A && git diff --no-color --no-ext-diff --cached {base_commit}",
             timeout=120)
@@ -207,10 +224,10 @@ class DockerBackend:
             raise RuntimeError(f"git diff in the container failed: {result.stderr.strip()[:300]}")
         return patches.remove_binary_diffs(result.stdout)
 
-    def remove_workspace(self, workspace: Any) -> None:
+    def remove_workspace(self, workspace: ContainerWorkspace) -> None:
         workspace.cleanup()
 
-    def grade(self, instance: dict, patch: str, log_dir: Path) -> None:
+    def grade(self, instance: SweInstance, patch: str, log_dir: Path) -> None:
         return None  # the swebench harness grades the whole predictions file after the run
 
     def stop(self) -> None:

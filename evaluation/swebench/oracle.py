@@ -14,16 +14,16 @@ conversation, so an LLM retry replays the same step.
 
 from __future__ import annotations
 
-import ast
 import json
 import re
 import shlex
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Mapping, Sequence
 
 from evaluation.swebench.patches import FilePatch, parse_patch
+from evaluation.swebench.records import JSONDict, SweInstance
 
 ORACLE_LABEL = "oracle-harness"
 TEST_TIMEOUT_S = 120
@@ -48,11 +48,11 @@ class OracleStep:
     """One assistant turn: a short thought and one tool call, tagged with what it is for."""
 
     tool: str
-    arguments: dict[str, Any]
+    arguments: dict[str, str | int]
     thought: str
     kind: StepKind
 
-    def as_message(self, call_id: str) -> dict[str, Any]:
+    def as_message(self, call_id: str) -> JSONDict:
         """The OpenAI chat-completions form of this turn."""
         return {"role": "assistant", "content": self.thought,
                 "tool_calls": [{"id": call_id, "type": "function",
@@ -65,19 +65,6 @@ class OracleStep:
 
 class OracleError(ValueError):
     """The gold patch cannot be replayed as file edits on the workspace."""
-
-
-def parse_test_ids(value: Any) -> list[str]:
-    """FAIL_TO_PASS / PASS_TO_PASS come as a list or as its JSON / Python-literal string."""
-    if isinstance(value, list):
-        return [str(v) for v in value]
-    if isinstance(value, str):
-        try:
-            parsed = json.loads(value)
-        except json.JSONDecodeError:
-            parsed = ast.literal_eval(value)
-        return [str(v) for v in parsed]
-    raise OracleError(f"test list: expected a list or a string, got {type(value).__name__}")
 
 
 def _unique_block(content: str, old: str, new: str, line: int, path: str) -> tuple[str, str]:
@@ -142,14 +129,14 @@ def _symbol(fp: FilePatch) -> str:
     return Path(fp.path).stem
 
 
-def plan_trajectory(instance: Mapping[str, Any], workspace: Path) -> list[OracleStep]:
+def plan_trajectory(instance: SweInstance, workspace: Path) -> list[OracleStep]:
     """The whole scripted trajectory for one instance, against its workspace at the base commit."""
     workspace = workspace.resolve()
-    gold = parse_patch(instance["patch"])
-    tests = parse_patch(instance["test_patch"])
+    gold = parse_patch(instance.patch)
+    tests = parse_patch(instance.test_patch)
     if not gold:
-        raise OracleError(f"{instance['instance_id']}: the gold patch touches no files")
-    f2p = parse_test_ids(instance["FAIL_TO_PASS"])
+        raise OracleError(f"{instance.instance_id}: the gold patch touches no files")
+    f2p = instance.fail_to_pass
     test_files = sorted({fp.path for fp in tests})
     run_f2p = (f"cd {shlex.quote(str(workspace))} && python -m pytest -q -x "
                + " ".join(shlex.quote(t) for t in f2p))
@@ -170,10 +157,10 @@ def plan_trajectory(instance: Mapping[str, Any], workspace: Path) -> list[Oracle
     steps += [OracleStep("file_editor", {"command": "view", "path": str(workspace / fp.path)},
                          f"Let me look at the existing tests in {fp.path} before writing new ones.", StepKind.READ)
               for fp in tests if not fp.is_new]
-    steps += edit_steps(workspace, instance["test_patch"], StepKind.ADD_TESTS, "To reproduce the issue first")
+    steps += edit_steps(workspace, instance.test_patch, StepKind.ADD_TESTS, "To reproduce the issue first")
     steps.append(OracleStep("terminal", {"command": run_f2p, "timeout": TEST_TIMEOUT_S},
                             "Let me run the new tests to confirm they reproduce the problem.", StepKind.REPRODUCE))
-    steps += edit_steps(workspace, instance["patch"], StepKind.FIX, "Now the fix")
+    steps += edit_steps(workspace, instance.patch, StepKind.FIX, "Now the fix")
     steps.append(OracleStep("terminal", {"command": run_f2p, "timeout": TEST_TIMEOUT_S},
                             "Let me rerun the reproduction tests with the fix in place.", StepKind.RERUN))
     steps.append(OracleStep("terminal", {"command": run_suites, "timeout": TEST_TIMEOUT_S},
@@ -204,10 +191,10 @@ class Oracle:
     steps: list[OracleStep]
 
     @staticmethod
-    def turn_of(messages: list[Mapping[str, Any]]) -> int:
+    def turn_of(messages: Sequence[Mapping[str, object]]) -> int:
         return sum(1 for m in messages if m.get("role") == "assistant")
 
-    def next_step(self, messages: list[Mapping[str, Any]]) -> OracleStep:
+    def next_step(self, messages: Sequence[Mapping[str, object]]) -> OracleStep:
         """The step after the assistant turns already taken; past the script: finish."""
         k = self.turn_of(messages)
         if k < len(self.steps):

@@ -9,7 +9,8 @@ Layout of RUN_DIR:
   instances/<id>/            agent.log, patch.diff, history.json, eval/ (grading logs), trace.jsonl
 
 A record without `error` means the instance is finished and a re-run skips it; a record with an
-error is kept (the failure is visible) until a re-run retries the instance and replaces it.
+error is kept (the failure is visible) until a re-run retries the instance and replaces it. The
+records are typed (`records.py`); dicts exist only while reading and writing these files.
 """
 
 from __future__ import annotations
@@ -18,15 +19,19 @@ import json
 import shutil
 import threading
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
+
+from evaluation.swebench.records import JSONDict, Prediction, RecordError, RunRecord
+
+T = TypeVar("T")
 
 OUTPUT = "output.jsonl"
 PREDICTIONS = "predictions.jsonl"
 METADATA = "metadata.json"
 
 
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """Records of a JSON Lines file; a torn last line (a killed writer) is ignored."""
+def read_jsonl(path: Path) -> list[Any]:
+    """Values of a JSON Lines file; a torn last line (a killed writer) is ignored."""
     if not path.is_file():
         return []
     out = []
@@ -43,8 +48,12 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return out
 
 
-def is_finished(record: dict[str, Any]) -> bool:
-    return not record.get("error")
+def _parse(parse: Callable[[Mapping[str, object]], T], d: Mapping[str, object], path: Path) -> T:
+    """One record of a run file; a bad one names the file as well as the instance and field."""
+    try:
+        return parse(d)
+    except RecordError as e:
+        raise RecordError(f"{path}: {e}") from None
 
 
 class RunFiles:
@@ -74,35 +83,37 @@ class RunFiles:
         shutil.rmtree(path, ignore_errors=True)
         return self.instance_dir(instance_id)
 
-    def records(self) -> list[dict[str, Any]]:
-        return read_jsonl(self.output)
+    def records(self) -> list[RunRecord]:
+        return [_parse(RunRecord.from_dict, d, self.output) for d in read_jsonl(self.output)]
+
+    def prediction_records(self) -> list[Prediction]:
+        return [_parse(Prediction.from_dict, d, self.predictions) for d in read_jsonl(self.predictions)]
 
     def finished_ids(self) -> set[str]:
-        return {r["instance_id"] for r in self.records() if is_finished(r)}
+        return {r.instance_id for r in self.records() if r.finished}
 
     def prepare_resume(self, todo: Iterable[str]) -> None:
         """Drop the records of instances about to be retried, so each id has one record at the end."""
         retry = set(todo)
-        self._rewrite(self.output, [r for r in self.records() if r["instance_id"] not in retry])
-        self._rewrite(self.predictions, [p for p in read_jsonl(self.predictions) if p["instance_id"] not in retry])
+        self._rewrite(self.output, [r.to_dict() for r in self.records() if r.instance_id not in retry])
+        self._rewrite(self.predictions, [p.to_dict() for p in self.prediction_records()
+                                         if p.instance_id not in retry])
 
     @staticmethod
-    def _rewrite(path: Path, records: list[dict[str, Any]]) -> None:
+    def _rewrite(path: Path, rows: Sequence[JSONDict]) -> None:
         tmp = path.with_suffix(".tmp")
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in records))
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
         tmp.replace(path)
 
-    def append(self, record: dict[str, Any], model_name: str) -> None:
+    def append(self, record: RunRecord, model_name: str) -> None:
         """One finished or failed instance: its output record and its prediction."""
-        prediction = {"instance_id": record["instance_id"], "model_name_or_path": model_name,
-                      "model_patch": record["test_result"]["git_patch"]}
         with self._lock:
             with self.output.open("a") as f:
-                f.write(json.dumps(record) + "\n")
+                f.write(json.dumps(record.to_dict()) + "\n")
             with self.predictions.open("a") as f:
-                f.write(json.dumps(prediction) + "\n")
+                f.write(json.dumps(record.prediction(model_name).to_dict()) + "\n")
 
-    def write_metadata(self, metadata: dict[str, Any]) -> None:
+    def write_metadata(self, metadata: JSONDict) -> None:
         """Metadata of the first start is kept; a resume must not change what the run measures."""
         path = self.run_dir / METADATA
         if path.is_file():

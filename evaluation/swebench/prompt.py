@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from evaluation.swebench.records import SweInstance
 
 _TEMPLATE = """<uploaded_files>
 {workspace}
@@ -29,7 +29,7 @@ The repository is a git checkout at commit {base_commit}; do not commit your cha
 """
 
 
-def render_instruction(instance: Mapping[str, Any], workspace: str) -> str:
+def render_instruction(instance: SweInstance, workspace: str) -> str:
     """The task text: where the code is, the issue, and what counts as done."""
-    return _TEMPLATE.format(workspace=workspace, problem_statement=instance["problem_statement"].strip(),
-                            base_commit=instance["base_commit"])
+    return _TEMPLATE.format(workspace=workspace, problem_statement=instance.problem_statement.strip(),
+                            base_commit=instance.base_commit)

@@ -61,7 +61,7 @@ def patched_files(patch: str) -> list[str]:
     return list(dict.fromkeys(re.findall(r"^diff --git a/(\S+) b/", patch, flags=re.M)))
 
 
-def render_eval_script(meta: dict, test_patch: str) -> str:
+def render_eval_script(meta: dict[str, str], test_patch: str) -> str:
     files = patched_files(test_patch)
     if not files:
         raise ValueError(f"{meta['instance_id']}: test.patch touches no files")
@@ -78,7 +78,7 @@ def render_eval_script(meta: dict, test_patch: str) -> str:
     )
 
 
-def render_dockerfile(meta: dict) -> str:
+def render_dockerfile(meta: dict[str, str]) -> str:
     return _DOCKERFILE_TEMPLATE.format(
         instance_id=meta["instance_id"],
         image=meta["image"],

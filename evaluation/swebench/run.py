@@ -24,11 +24,13 @@ import sys
 import time
 import warnings
 from pathlib import Path
+from typing import Any
 
 from evaluation.swebench import modes
-from evaluation.swebench.driver import MODEL, ORACLE, Driver, DriverConfig, RunSummary
+from evaluation.swebench.driver import MODEL, ORACLE, Backend, Driver, DriverConfig, RunSummary
 from evaluation.swebench.engine_proc import REPO, EngineProcess, EngineStartError
 from evaluation.swebench.oracle import ORACLE_LABEL
+from evaluation.swebench.records import SweInstance
 from mars_openhands.openhands.config import (AgentConfig, ConfigError, EmitterConfig, LLMConfig,
                                              MarsConfig, WorkspaceConfig, load_config)
 
@@ -109,7 +111,7 @@ def agent_config(args: argparse.Namespace, cfg: MarsConfig | None, engine_url: s
     return cfg, ORACLE
 
 
-def _offline_instances(args: argparse.Namespace, ids: list[str] | None) -> list[dict]:
+def _offline_instances(args: argparse.Namespace, ids: list[str] | None) -> list[SweInstance]:
     from evaluation.swebench.tasks import TASK_REPO, load_instances
 
     if args.dataset not in OFFLINE_DATASETS and Path(args.dataset).resolve() != TASK_REPO:
@@ -135,6 +137,7 @@ def run(args: argparse.Namespace) -> int:
     mode = modes.resolve_mode(args.mode)
     engine_url = args.engine_url.rstrip("/") or None
     has_model = base_cfg is not None and args.harness != ORACLE
+    backend: Backend[Any]  # its workspaces: local directories (offline) or containers (full)
     if mode == modes.FULL:
         pre = modes.preflight_full(args.dataset or "princeton-nlp/SWE-bench_Lite", args.split, ids,
                                    has_model=has_model, engine_url=engine_url)
@@ -166,9 +169,9 @@ def run(args: argparse.Namespace) -> int:
         _quiet_console()
         instrument.enable(cfg.mars)
         try:
-            driver = Driver(DriverConfig(run_dir=run_dir, agent=cfg, harness=harness, engine_url=engine_url,
-                                         workers=args.workers, model_name=model_name, metadata=metadata,
-                                         progress=not args.no_progress), backend)
+            driver = Driver[Any](DriverConfig(run_dir=run_dir, agent=cfg, harness=harness, engine_url=engine_url,
+                                              workers=args.workers, model_name=model_name, metadata=metadata,
+                                              progress=not args.no_progress), backend)
             summary = driver.run(instances)
         finally:
             instrument.disable()

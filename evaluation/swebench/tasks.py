@@ -8,18 +8,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from evaluation.swebench.records import SweInstance
+
 TASK_REPO = Path(__file__).resolve().parent
 REPOS_DIR = TASK_REPO / "repos"
 
 
-def load_instances(instance_ids: list[str] | None = None, task_repo: Path = TASK_REPO) -> list[dict]:
-    """Instances of a task repo as swebench's harness expects them (all, or those named).
+def load_instances(instance_ids: list[str] | None = None, task_repo: Path = TASK_REPO) -> list[SweInstance]:
+    """Instances of a task repo (all, or those named), read with swebench's own loader.
 
     Raises ValueError naming unknown ids, so a typo never silently shrinks a run.
     """
     from swebench.task.repo import load_task_repo
 
     try:
-        return load_task_repo(task_repo, instance_ids)
+        return [SweInstance.from_dict(d) for d in load_task_repo(task_repo, instance_ids)]
     except KeyError as e:
         raise ValueError(f"unknown instance id(s): {e.args[0]}") from None

@@ -23,6 +23,7 @@ from swebench.harness.grading import get_logs_eval
 from swebench.harness.utils import make_test_spec
 
 from evaluation.swebench.grading import run_eval_script
+from evaluation.swebench.records import SweInstance
 from evaluation.swebench.tasks import TASK_REPO, load_instances
 from evaluation.swebench.workspace import create_workspace, git
 
@@ -36,38 +37,39 @@ class Validation:
     pass_to_pass: list[str]
     broken: list[str]  # tests that do not pass even with the gold patch
 
-    def matches(self, instance: dict) -> bool:
-        return (not self.broken and self.fail_to_pass == sorted(instance["FAIL_TO_PASS"])
-                and self.pass_to_pass == sorted(instance["PASS_TO_PASS"]))
+    def matches(self, instance: SweInstance) -> bool:
+        return (not self.broken and self.fail_to_pass == sorted(instance.fail_to_pass)
+                and self.pass_to_pass == sorted(instance.pass_to_pass))
 
 
-def status_map(instance: dict, patch: str | None, timeout: float = 300.0) -> dict[str, str]:
+def status_map(instance: SweInstance, patch: str | None, timeout: float = 300.0) -> dict[str, str]:
     """Test name -> status after running the eval script with ``patch`` (None: base commit)."""
-    scratch = Path(tempfile.mkdtemp(prefix=f"swe-validate-{instance['instance_id']}-"))
+    scratch = Path(tempfile.mkdtemp(prefix=f"swe-validate-{instance.instance_id}-"))
     try:
         workspace = create_workspace(instance, parent=scratch)
         if patch:
             git(workspace, "apply", "-", input=patch)
-        spec = make_test_spec(instance)
+        spec = make_test_spec(instance.to_dict())
         (scratch / "eval.sh").write_text(spec.eval_script)
         output = scratch / "test_output.txt"
         if not run_eval_script(scratch / "eval.sh", workspace, output, sys.executable, timeout):
-            raise RuntimeError(f"{instance['instance_id']}: eval script timed out after {timeout} s")
+            raise RuntimeError(f"{instance.instance_id}: eval script timed out after {timeout} s")
+        statuses: dict[str, str]
         statuses, found = get_logs_eval(spec, str(output))
         if not found:
-            raise RuntimeError(f"{instance['instance_id']}: no test results in the eval output:\n"
+            raise RuntimeError(f"{instance.instance_id}: no test results in the eval output:\n"
                                + output.read_text()[-2000:])
         return statuses
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def validate(instance: dict) -> Validation:
+def validate(instance: SweInstance) -> Validation:
     before = status_map(instance, None)
-    after = status_map(instance, instance["patch"])
+    after = status_map(instance, instance.patch)
     passing = {t for t, s in after.items() if s in _PASSING}
     return Validation(
-        instance["instance_id"],
+        instance.instance_id,
         fail_to_pass=sorted(t for t in passing if before.get(t) not in _PASSING),
         pass_to_pass=sorted(t for t in passing if before.get(t) in _PASSING),
         broken=sorted(set(after) - passing),

@@ -14,6 +14,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from evaluation.swebench.records import SweInstance
 from evaluation.swebench.tasks import REPOS_DIR
 
 _IGNORED = {"__pycache__", ".pytest_cache", ".git"}
@@ -87,19 +88,19 @@ def init_workspace(repo: str, dest: Path) -> str:
     return git(dest, "rev-parse", "HEAD").stdout.strip()
 
 
-def create_workspace(instance: dict, parent: Path | None = None) -> Path:
+def create_workspace(instance: SweInstance, parent: Path | None = None) -> Path:
     """A fresh temporary checkout of ``instance`` at its base commit; the caller removes it.
 
     Fails if the stored sources no longer hash to the instance's ``base_commit``
     (someone edited ``repos/`` without regenerating the task).
     """
-    workdir = Path(tempfile.mkdtemp(prefix=f"swe-{instance['instance_id']}-", dir=parent))
+    workdir = Path(tempfile.mkdtemp(prefix=f"swe-{instance.instance_id}-", dir=parent))
     try:
-        commit = init_workspace(instance["repo"], workdir)
-        if commit != instance["base_commit"]:
+        commit = init_workspace(instance.repo, workdir)
+        if commit != instance.base_commit:
             raise WorkspaceError(
-                f"{instance['instance_id']}: sources in {source_dir(instance['repo'])} give commit "
-                f"{commit}, task says base_commit {instance['base_commit']}"
+                f"{instance.instance_id}: sources in {source_dir(instance.repo)} give commit "
+                f"{commit}, task says base_commit {instance.base_commit}"
             )
     except BaseException:
         shutil.rmtree(workdir, ignore_errors=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -14,6 +15,7 @@ import pytest
 
 from evaluation.swebench import evaluate
 from evaluation.swebench.grading import EMPTY, ERROR, RESOLVED, UNRESOLVED, grade, kill_running_evals
+from evaluation.swebench.records import SweInstance
 from evaluation.swebench.render import patched_files
 from evaluation.swebench.workspace import create_workspace, git
 
@@ -30,7 +32,7 @@ def private_tmp(tmp_path, monkeypatch) -> Path:
     assert list(scratch.iterdir()) == [], "grading left temporary files behind"
 
 
-def make_patch(instance: dict, edit) -> str:
+def make_patch(instance: SweInstance, edit) -> str:
     """A real git diff: ``edit(workspace)`` changes files at the base commit."""
     ws = create_workspace(instance, parent=Path(tempfile.mkdtemp()))
     try:
@@ -41,9 +43,9 @@ def make_patch(instance: dict, edit) -> str:
         shutil.rmtree(ws.parent)
 
 
-def no_op_edit(instance: dict):
+def no_op_edit(instance: SweInstance):
     """Touches the file the gold patch fixes without fixing anything."""
-    target = patched_files(instance["patch"])[0]
+    target = patched_files(instance.patch)[0]
 
     def edit(ws: Path) -> None:
         path = ws / target
@@ -53,11 +55,11 @@ def no_op_edit(instance: dict):
 
 
 def test_gold_patch_resolves(instance):
-    result = grade(instance, instance["patch"])
+    result = grade(instance, instance.patch)
     assert result.status == RESOLVED and result.resolved, (result.error, result.test_output[-2000:])
     tests = result.report["tests_status"]
-    assert sorted(tests["FAIL_TO_PASS"]["success"]) == sorted(instance["FAIL_TO_PASS"])
-    assert sorted(tests["PASS_TO_PASS"]["success"]) == sorted(instance["PASS_TO_PASS"])
+    assert sorted(tests["FAIL_TO_PASS"]["success"]) == sorted(instance.fail_to_pass)
+    assert sorted(tests["PASS_TO_PASS"]["success"]) == sorted(instance.pass_to_pass)
 
 
 @pytest.mark.parametrize("patch", ["", None, "  \n"])
@@ -71,15 +73,15 @@ def test_wrong_patch_grades_unresolved_and_shows_the_bug(instance):
     result = grade(instance, make_patch(instance, no_op_edit(instance)))
     assert result.status == UNRESOLVED and not result.resolved, result.error
     tests = result.report["tests_status"]
-    assert sorted(tests["FAIL_TO_PASS"]["failure"]) == sorted(instance["FAIL_TO_PASS"])
-    assert sorted(tests["PASS_TO_PASS"]["success"]) == sorted(instance["PASS_TO_PASS"])
+    assert sorted(tests["FAIL_TO_PASS"]["failure"]) == sorted(instance.fail_to_pass)
+    assert sorted(tests["PASS_TO_PASS"]["success"]) == sorted(instance.pass_to_pass)
 
 
 def test_fix_that_breaks_other_behaviour_is_unresolved(by_id):
     instance = by_id["marsbench__semverlite-41"]
 
     def fix_but_break_bump(ws: Path) -> None:
-        git(ws, "apply", "-", input=instance["patch"])
+        git(ws, "apply", "-", input=instance.patch)
         path = ws / "semverlite/version.py"
         path.write_text(path.read_text().replace("Version(self.major, self.minor + 1, 0)",
                                                  "Version(self.major, self.minor + 1, self.patch)"))
@@ -100,12 +102,12 @@ def test_patch_that_only_edits_tests_is_discarded(by_id):
 
     result = grade(instance, make_patch(instance, weaken_tests))
     assert result.status == UNRESOLVED
-    assert sorted(result.report["tests_status"]["FAIL_TO_PASS"]["failure"]) == sorted(instance["FAIL_TO_PASS"])
+    assert sorted(result.report["tests_status"]["FAIL_TO_PASS"]["failure"]) == sorted(instance.fail_to_pass)
 
 
 def test_patch_that_does_not_apply_is_an_error(by_id):
     instance = by_id["marsbench__urlkit-64"]
-    patch = instance["patch"].replace("_QUERY_SAFE = ", "_QUERY_SAFE_X = ", 1)
+    patch = instance.patch.replace("_QUERY_SAFE = ", "_QUERY_SAFE_X = ", 1)
     result = grade(instance, patch.replace("SUB_DELIMS | set", "SUB_DELIMS|set"))
     assert result.status == ERROR and "Patch Apply Failed" in result.error
 
@@ -160,19 +162,20 @@ def test_kill_running_evals_stops_grading_in_other_threads(by_id, private_tmp):
 
 def test_logs_are_kept_in_swebench_layout(by_id, tmp_path):
     instance = by_id["marsbench__moneybag-112"]
-    log_dir = tmp_path / "logs" / instance["instance_id"]
-    result = grade(instance, instance["patch"], log_dir=log_dir)
+    log_dir = tmp_path / "logs" / instance.instance_id
+    result = grade(instance, instance.patch, log_dir=log_dir)
     assert result.resolved and result.log_dir == log_dir
     names = {p.name for p in log_dir.iterdir()}
     assert {"patch.diff", "eval.sh", "test_output.txt", "run_instance.log", "report.json"} <= names
     output = (log_dir / "test_output.txt").read_text()
     assert ">>>>> Start Test Output" in output and ">>>>> Test Exit Code: 0" in output
-    assert json.loads((log_dir / "report.json").read_text())[instance["instance_id"]]["resolved"] is True
+    assert json.loads((log_dir / "report.json").read_text())[instance.instance_id]["resolved"] is True
 
 
 def test_instance_missing_fields_is_a_clear_error(by_id):
-    broken = {k: v for k, v in by_id["marsbench__globmatch-5"].items() if k != "eval_script"}
-    with pytest.raises(ValueError, match="eval_script"):
+    instance = by_id["marsbench__globmatch-5"]
+    broken = dataclasses.replace(instance, extra={k: v for k, v in instance.extra.items() if k != "eval_script"})
+    with pytest.raises(ValueError, match="'marsbench__globmatch-5' lacks eval_script"):
         grade(broken, "diff --git a/x b/x\n")
 
 
@@ -180,7 +183,7 @@ def test_evaluate_cli_reports_every_status(by_id, tmp_path, capsys):
     ids = ["marsbench__inireader-17", "marsbench__datespan-23", "marsbench__globmatch-5"]
     inireader = by_id[ids[0]]
     preds = [
-        {"instance_id": ids[0], "model_name_or_path": "m/x", "model_patch": inireader["patch"]},
+        {"instance_id": ids[0], "model_name_or_path": "m/x", "model_patch": inireader.patch},
         {"instance_id": ids[1], "model_name_or_path": "m/x",
          "model_patch": make_patch(by_id[ids[1]], no_op_edit(by_id[ids[1]]))},
         {"instance_id": ids[2], "model_name_or_path": "m/x", "model_patch": ""},
@@ -196,6 +199,14 @@ def test_evaluate_cli_reports_every_status(by_id, tmp_path, capsys):
     assert summary["empty_patch_ids"] == [ids[2]]
     assert (tmp_path / "logs" / "t" / "m__x" / ids[0] / "report.json").is_file()
     assert "resolved 1/3" in capsys.readouterr().out
+
+
+def test_evaluate_cli_names_a_prediction_without_a_patch(by_id, tmp_path, capsys):
+    path = tmp_path / "predictions.jsonl"
+    path.write_text(json.dumps({"instance_id": "marsbench__inireader-17", "model_name_or_path": "m"}) + "\n")
+    code = evaluate.main(["--predictions", str(path), "--report-dir", str(tmp_path)])
+    assert code == 2
+    assert "prediction 'marsbench__inireader-17': missing field 'model_patch'" in capsys.readouterr().err
 
 
 def test_evaluate_cli_names_unknown_instances(tmp_path, capsys):

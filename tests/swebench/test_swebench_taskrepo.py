@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shlex
@@ -15,6 +16,7 @@ from swebench.task.checks import check_task_repo, errors
 from swebench.task.publish import write_parquets
 
 from evaluation.swebench.grading import RESOLVED, grade
+from evaluation.swebench.records import SweInstance
 from evaluation.swebench.render import patched_files, rendered
 from evaluation.swebench.tasks import TASK_REPO, load_instances
 from evaluation.swebench.workspace import WorkspaceError, create_workspace, init_workspace, source_dir
@@ -34,49 +36,49 @@ def test_dataset_check_rejects_a_broken_task(tmp_path, instances):
     repo = tmp_path / "repo"
     shutil.copytree(TASK_REPO / "tasks", repo / "tasks")
     shutil.copy(TASK_REPO / "sweb.yaml", repo / "sweb.yaml")
-    victim = repo / "tasks" / instances[0]["instance_id"]
+    victim = repo / "tasks" / instances[0].instance_id
     (victim / "eval.sh").write_text("#!/bin/bash\npytest\n")
     problems = [str(p) for p in errors(check_task_repo(repo))]
     assert any("Start Test Output" in p and victim.name in p for p in problems)
 
 
 def test_at_least_eight_distinct_projects(instances):
-    repos = {i["repo"] for i in instances}
+    repos = {i.repo for i in instances}
     assert len(instances) >= 8 and len(repos) == len(instances)
 
 
 def test_every_task_has_fail_to_pass_and_pass_to_pass(instance):
-    assert instance["FAIL_TO_PASS"] and instance["PASS_TO_PASS"]
-    assert not set(instance["FAIL_TO_PASS"]) & set(instance["PASS_TO_PASS"])
-    assert instance["problem_statement"].strip() and instance["log_parser"] == "parse_log_pytest"
+    assert instance.fail_to_pass and instance.pass_to_pass
+    assert not set(instance.fail_to_pass) & set(instance.pass_to_pass)
+    assert instance.problem_statement.strip() and instance.extra["log_parser"] == "parse_log_pytest"
     # the pytest log parser splits on whitespace: a test id with a space would be misread
-    for name in instance["FAIL_TO_PASS"] + instance["PASS_TO_PASS"]:
+    for name in instance.fail_to_pass + instance.pass_to_pass:
         assert re.fullmatch(r"tests/\S+\.py::\w+(\[\S*\])?", name), name
 
 
 def test_gold_patch_fixes_source_and_test_patch_only_touches_tests(instance):
-    gold, tests = patched_files(instance["patch"]), patched_files(instance["test_patch"])
+    gold, tests = patched_files(instance.patch), patched_files(instance.test_patch)
     assert gold and not any(f.startswith("tests/") for f in gold)
     assert tests and all(f.startswith("tests/") for f in tests)
-    run_by_eval = {t.split("::")[0] for t in instance["FAIL_TO_PASS"] + instance["PASS_TO_PASS"]}
+    run_by_eval = {t.split("::")[0] for t in instance.fail_to_pass + instance.pass_to_pass}
     assert run_by_eval <= set(tests)
 
 
 def test_generated_files_are_up_to_date(instance):
-    task_dir = TASK_REPO / "tasks" / instance["instance_id"]
+    task_dir = TASK_REPO / "tasks" / instance.instance_id
     for name, content in rendered(task_dir).items():
         assert (task_dir / name).read_text() == content, f"{name} stale: run python -m evaluation.swebench.render"
-    assert instance["test_patch"] in instance["eval_script"]
+    assert instance.test_patch in instance.extra["eval_script"]
 
 
 def test_base_commit_is_reproducible(instance, tmp_path):
-    first = init_workspace(instance["repo"], tmp_path / "a")
-    second = init_workspace(instance["repo"], tmp_path / "b")
-    assert first == second == instance["base_commit"]
+    first = init_workspace(instance.repo, tmp_path / "a")
+    second = init_workspace(instance.repo, tmp_path / "b")
+    assert first == second == instance.base_commit
 
 
 def test_workspace_refuses_a_base_commit_that_does_not_match(tmp_path, instances):
-    wrong = dict(instances[0], base_commit="0" * 40)
+    wrong = dataclasses.replace(instances[0], base_commit="0" * 40)
     with pytest.raises(WorkspaceError, match="base_commit"):
         create_workspace(wrong, parent=tmp_path)
     assert list(tmp_path.iterdir()) == []
@@ -92,11 +94,11 @@ def test_dataset_builds_to_parquet_offline(tmp_path, instances):
 
     written = write_parquets(TASK_REPO, tmp_path)
     frame = pd.read_parquet(written["marsbench/SWE-bench_offline/test"])
-    assert sorted(frame["instance_id"]) == sorted(i["instance_id"] for i in instances)
+    assert sorted(frame["instance_id"]) == sorted(i.instance_id for i in instances)
     assert {"patch", "test_patch", "eval_script", "FAIL_TO_PASS", "PASS_TO_PASS", "base_commit"} <= set(frame.columns)
     # a row of the compiled dataset is a complete instance: it grades like the task repo's
     row = {k: (v.tolist() if hasattr(v, "tolist") else v) for k, v in frame.iloc[0].to_dict().items()}
-    assert grade(row, row["patch"]).status == RESOLVED
+    assert grade(SweInstance.from_dict(row), row["patch"]).status == RESOLVED
 
 
 def test_validation_derives_the_stored_test_lists(by_id):
@@ -105,20 +107,20 @@ def test_validation_derives_the_stored_test_lists(by_id):
     instance = by_id["marsbench__inireader-17"]
     result = validate(instance)
     assert result.matches(instance) and not result.broken
-    tampered = dict(instance, FAIL_TO_PASS=instance["FAIL_TO_PASS"][:1])
+    tampered = dataclasses.replace(instance, fail_to_pass=instance.fail_to_pass[:1])
     assert not result.matches(tampered)
 
 
 def test_dockerfile_recipe_reproduces_base_commit(instance, tmp_path):
     """Runs the Dockerfile's ENV and final RUN (the testbed commit) with sh, as docker build would."""
-    text = (TASK_REPO / "tasks" / instance["instance_id"] / "Dockerfile").read_text().replace("\\\n", " ")
+    text = (TASK_REPO / "tasks" / instance.instance_id / "Dockerfile").read_text().replace("\\\n", " ")
     lines = [line for line in text.splitlines() if line and not line.startswith("#")]
     env_line = next(line for line in lines if line.startswith("ENV "))
     recipe = [line for line in lines if line.startswith("RUN ")][-1][4:]
     copy = next(line for line in lines if line.startswith("COPY ")).split()
-    assert copy[1:] == [f"repos/{source_dir(instance['repo']).name}/", "/testbed/"]
+    assert copy[1:] == [f"repos/{source_dir(instance.repo).name}/", "/testbed/"]
     testbed = tmp_path / "testbed"
-    shutil.copytree(source_dir(instance["repo"]), testbed)
+    shutil.copytree(source_dir(instance.repo), testbed)
     (testbed / "__pycache__").mkdir(exist_ok=True)  # a dropping the recipe must not commit
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
     env.update(dict(pair.split("=", 1) for pair in shlex.split(env_line[4:])))

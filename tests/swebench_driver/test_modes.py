@@ -1,6 +1,7 @@
 """Full mode without Docker, GPU or hub: every missing piece is named; its parts work with Docker faked."""
 from __future__ import annotations
 
+import json
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -8,9 +9,14 @@ from pathlib import Path
 import pytest
 
 from evaluation.swebench import modes
+from evaluation.swebench.records import SweInstance
 from evaluation.swebench.run import main as run_main
 
 pytestmark = pytest.mark.agent
+
+
+def _instance(iid: str, base_commit: str = "abc123") -> SweInstance:
+    return SweInstance(iid, "o/p", base_commit, "", "", "bug", (), (), "1.0")
 
 
 def runner(answers: dict[str, tuple[int, str, str]]):
@@ -51,9 +57,9 @@ def test_daemon_down_is_named_and_a_ready_machine_passes(monkeypatch):
     assert modes.gpu_problem(down) is None
     ok = runner({"docker": (0, "27.0.1", ""), "nvidia-smi": (0, "GPU 0: NVIDIA H200", "")})
     pre = modes.preflight_full("d.jsonl", "test", ["x__y-1"], has_model=True, engine_url=None, run=ok,
-                               loader=lambda *a: [{"instance_id": "x__y-1"}])
+                               loader=lambda *a: [_instance("x__y-1")])
     pre.raise_if_missing()
-    assert pre.instances == [{"instance_id": "x__y-1"}]
+    assert pre.instances == [_instance("x__y-1")]
     assert modes.resolve_mode("auto", ok) == modes.FULL and modes.resolve_mode("auto", down) == modes.OFFLINE
 
 
@@ -61,7 +67,7 @@ def test_engine_url_replaces_the_local_gpu(monkeypatch):
     _which(monkeypatch, {"docker"})
     ok = runner({"docker": (0, "27.0.1", "")})
     pre = modes.preflight_full("d.jsonl", "test", None, has_model=True, engine_url="http://gpu-box:8000", run=ok,
-                               loader=lambda *a: [{"instance_id": "a"}])
+                               loader=lambda *a: [_instance("a")])
     assert pre.problems == []
 
 
@@ -91,7 +97,7 @@ class FakeDockerWorkspace:
 
 def test_docker_backend_at_the_container_boundary():
     backend = modes.DockerBackend(workspace_factory=FakeDockerWorkspace)
-    inst = {"instance_id": "astropy__astropy-12907", "base_commit": "abc123"}
+    inst = _instance("astropy__astropy-12907")
     ws = backend.create_workspace(inst, None)
     assert ws.kwargs == {"base_image": "swebench/sweb.eval.x86_64.astropy_1776_astropy-12907:latest",
                          "working_dir": "/testbed", "platform": "linux/amd64"}
@@ -109,6 +115,15 @@ def test_failed_git_in_the_container_is_an_error():
             return FakeResult(128, "", "fatal: bad object abc")
     with pytest.raises(RuntimeError, match="bad object"):
         modes.DockerBackend(workspace_factory=Broken).extract_patch(Broken(), "abc")
+
+
+def test_a_dataset_row_missing_a_field_is_a_problem_naming_it(monkeypatch, tmp_path):
+    row = {"instance_id": "x__y-1", "repo": "x/y", "base_commit": "abc", "patch": "", "test_patch": "",
+           "problem_statement": "bug", "FAIL_TO_PASS": "[]", "PASS_TO_PASS": "[]"}  # no version
+    path = tmp_path / "d.jsonl"
+    path.write_text(json.dumps(row) + "\n")
+    problem, instances = modes.dataset_problem(str(path), "test", None)
+    assert instances == [] and "instance 'x__y-1': missing field 'version'" in problem
 
 
 def test_harness_command_is_the_swebench_harness(tmp_path):

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from evaluation.swebench.oracle import (Oracle, OracleError, OracleStep, StepKind, edit_steps, parse_test_ids,
-                                        plan_trajectory)
+from evaluation.swebench.oracle import Oracle, OracleError, OracleStep, StepKind, edit_steps, plan_trajectory
 from evaluation.swebench.patches import extract_patch, ignore_build_droppings, parse_patch
+from evaluation.swebench.records import SweInstance
 from evaluation.swebench.tasks import load_instances
 from evaluation.swebench.workspace import create_workspace
 
@@ -38,14 +38,14 @@ def replay(steps: list[OracleStep], workspace: Path) -> list[tuple[OracleStep, s
     return outputs
 
 
-def _gold_tree(instance: dict, tmp_path: Path) -> Path:
+def _gold_tree(instance: SweInstance, tmp_path: Path) -> Path:
     ws = create_workspace(instance, parent=tmp_path)
-    subprocess.run(["git", "apply", "-"], cwd=ws, input=instance["patch"], text=True, check=True)
+    subprocess.run(["git", "apply", "-"], cwd=ws, input=instance.patch, text=True, check=True)
     return ws
 
 
 # One instance in the default run; all of them (7 s each: three pytest runs) in the slow suite.
-@pytest.mark.parametrize("instance", [pytest.param(i, id=i["instance_id"], marks=[pytest.mark.slow] if k else [])
+@pytest.mark.parametrize("instance", [pytest.param(i, id=i.instance_id, marks=[pytest.mark.slow] if k else [])
                                       for k, i in enumerate(INSTANCES)])
 def test_trajectory_yields_the_gold_fix(instance, tmp_path):
     ws = create_workspace(instance, parent=tmp_path)
@@ -57,11 +57,11 @@ def test_trajectory_yields_the_gold_fix(instance, tmp_path):
     # the reproduction run fails before the fix and passes after it
     assert "failed" in runs[StepKind.REPRODUCE]
     assert "passed" in runs[StepKind.RERUN] and "failed" not in runs[StepKind.RERUN]
-    patch = extract_patch(ws, instance["base_commit"])
+    patch = extract_patch(ws, instance.base_commit)
     gold = _gold_tree(instance, tmp_path)
-    for fp in parse_patch(instance["patch"]):
+    for fp in parse_patch(instance.patch):
         assert (ws / fp.path).read_text() == (gold / fp.path).read_text()
-    assert sorted(fp.path for fp in parse_patch(patch)) == sorted(fp.path for fp in parse_patch(instance["patch"]))
+    assert sorted(fp.path for fp in parse_patch(patch)) == sorted(fp.path for fp in parse_patch(instance.patch))
 
 
 def test_trajectory_steps_are_tagged_in_order(tmp_path):
@@ -107,14 +107,6 @@ def test_hunk_not_in_file_is_an_error(tmp_path):
     diff = "diff --git a/m.py b/m.py\n--- a/m.py\n+++ b/m.py\n@@ -1 +1 @@\n-zzz\n+y\n"
     with pytest.raises(OracleError, match="m.py"):
         edit_steps(tmp_path, diff, StepKind.FIX, "fix")
-
-
-def test_test_ids_accepts_lists_and_their_string_forms():
-    assert parse_test_ids(["a::b"]) == ["a::b"]
-    assert parse_test_ids('["a::b", "c"]') == ["a::b", "c"]
-    assert parse_test_ids("['a::b']") == ["a::b"]
-    with pytest.raises(OracleError):
-        parse_test_ids(3)
 
 
 def test_step_message_is_an_openai_tool_call():
