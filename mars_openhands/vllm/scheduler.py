@@ -57,9 +57,8 @@ from vllm.v1.core.sched.request_queue import SchedulingPolicy
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import Request, RequestStatus
 
-from mars_openhands.core import EngineShape, Pin, Policy, build_policy
+from mars_openhands.core import ActiveWindow, EngineShape, Pin, Policy, build_policy
 from mars_openhands.core import Request as CoreRequest
-from mars_openhands.core.window import ActiveWindow
 from mars_openhands.events import (SessionEnded, ToolCancelled, ToolFinished, ToolStarted,
                                    parse_event)
 from mars_openhands.vllm.scheduler_path import scheduler_class_path  # noqa: F401 (re-export)

@@ -87,7 +87,8 @@ def test_pins_keep_blocks_through_pressure_and_are_released_once():
     a_pinned = [s for s in pinned.sessions if s.sid == "a"][0]
     assert a_plain.recomputed > 1000, "unpinned, a's context was evicted during its tool"
     assert a_pinned.recomputed == 0, "pinned, a's warm turn hit all of it"
-    assert pinned.counters.pins_made == pinned.counters.pins_released == 2   # one per turn (the last at session end)
+    # one pin per turn (the last one at session end)
+    assert pinned.counters.pins_made == pinned.counters.pins_released == 2
     # held from the end of turn 0 until turn 1's lookup, 5 s later (plus queueing)
     assert pinned.counters.pinned_block_seconds >= 5.0 * (1519 // TINY.block_size)
 

@@ -1,4 +1,5 @@
-"""Profiles reproduce the reference numbers they were calibrated from (workload.md, platform.md)."""
+"""Profiles reproduce the reference numbers they were calibrated from (docs/workload.md "Engine cost
+references")."""
 import pytest
 
 from mars_openhands.sim import PROFILES, run_simulation

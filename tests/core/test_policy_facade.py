@@ -3,7 +3,8 @@ import pytest
 
 from mars_openhands.core import EngineShape, PinOffer, Policy, Request, build_policy
 from mars_openhands.core.retention import NoRetention
-from mars_openhands.events import CpuTelemetry, SessionEnded, ToolCancelled, ToolFinished, ToolStarted
+from mars_openhands.events import (CpuTelemetry, EngineTelemetry, SessionEnded, ToolCancelled, ToolFinished,
+                                   ToolStarted)
 
 
 class AlwaysPin(NoRetention):
@@ -107,3 +108,76 @@ def test_silent_sessions_give_their_window_slot_back_and_are_not_parked_when_the
     assert p.ctx.admitted_active == 3
     p.release_idle(1.0 + p.forget_after_s)                        # silent for an hour: forgotten
     assert set(p.ctx.sessions) == {"s4", "s5"} and p.ctx.admitted_active == 2
+
+
+def test_sort_key_is_the_order_at_a_time():
+    p = build_policy("mars", EngineShape(10_000, 16, 2))
+    big = Request("big", "a", 0.0, 10_000)           # L2 by its uncached prefill
+    small = Request("small", "b", 1.0, 100)          # L0
+    for r in (big, small):
+        p.on_request_arrival(r, r.arrival_s)
+    assert p.order([big, small], 1.0) == [small, big]
+    assert sorted([big, small], key=p.sort_key(1.0)) == [small, big]
+    assert p.sort_key(61.0)(big) == (0, 0.0, 0.0)    # aged two levels in 60 s
+    assert p.order([small, big], 61.0) == [big, small]
+    big.cached_tokens = 9_000                        # a warm prefix: a short job
+    assert p.sort_key(1.0)(big)[0] == 0
+
+
+def test_chunk_tokens_caps_prefills_and_a_resumed_recompute_by_the_quantum():
+    p = build_policy("mars", EngineShape(10_000, 16, 2))
+    req = Request("r", "a", 0.0, 3000)
+    p.on_request_arrival(req, 0.0)
+    assert p.chunk_tokens(req, 8192) == 1024                          # L1 quantum
+    assert p.chunk_tokens(req, 500) == 500                            # the step budget
+    req.computed_tokens = req.prompt_tokens                           # past the prompt
+    assert p.chunk_tokens(req, 8192) == 1                             # a decode
+    assert p.chunk_tokens(req, 8192, remaining=1) == 1
+    req.level = 0
+    assert p.chunk_tokens(req, 8192, remaining=5000) == 2048          # recomputing its outputs: L0
+    assert p.chunk_tokens(req, 300, remaining=5000) == 300
+    fcfs = build_policy("fcfs", EngineShape(10_000, 16, 2))
+    assert fcfs.chunk_tokens(req, 8192, remaining=5000) == 5000       # no quantum: the budget only
+
+
+def test_the_tick_schedule_is_the_admission_interval():
+    fcfs = build_policy("fcfs", EngineShape(10_000, 16, 2))
+    assert fcfs.admission_interval_s is None and fcfs.admission_window is None
+    p = build_policy("mars", EngineShape(10_000, 16, 2))
+    assert p.admission_interval_s == 0.2 and p.next_tick_s == float("-inf")
+    p.admit([], 5.0)
+    assert p.next_tick_s == pytest.approx(5.2)
+    p.admit([], 5.1)                                 # not due: the schedule stays
+    assert p.next_tick_s == pytest.approx(5.2)
+    p.admit([], 5.3)
+    assert p.next_tick_s == pytest.approx(5.5) and p.admission_window == 4
+
+
+def test_kv_telemetry_from_the_engine_or_an_event():
+    p = pinning_policy(total_blocks=100)
+    finish_turn(p, "a", 10, 0.0)
+    p.observe_kv(60, waiting_demand_blocks=7, prefill_start_latency_s=0.5)
+    kv = p.ctx.kv
+    assert (kv.free_blocks, kv.pinned_blocks, kv.waiting_demand_blocks, kv.prefill_start_latency_s) == \
+        (60, 10, 7, 0.5)
+    p.observe_kv(50)                                 # None keeps the last demand and latency
+    assert (kv.free_blocks, kv.waiting_demand_blocks, kv.prefill_start_latency_s) == (50, 7, 0.5)
+    p.observe_prefill_start(1.5)
+    assert kv.prefill_start_latency_s == pytest.approx(0.7)
+    p.on_event(EngineTelemetry(2.0, total_blocks=200, free_blocks=150, pinned_blocks=3,
+                               waiting_demand_blocks=9, prefill_start_latency_s=0.1))
+    assert (kv.total_blocks, kv.free_blocks, kv.pinned_blocks, kv.waiting_demand_blocks, kv.block_size) == \
+        (200, 150, 3, 9, 16) and kv.prefill_start_latency_s == 0.1
+
+
+def test_release_all_pins_and_tool_hints():
+    p = pinning_policy()
+    for s in "ab":
+        finish_turn(p, s, 5, 0.0)
+    assert p.pinned_sessions == 2 and p.pin("a") is not None
+    assert sorted(x.session_id for x in p.release_all_pins()) == ["a", "b"]
+    assert p.pinned_sessions == 0 and p.ctx.pins.total_blocks == 0 and p.release_all_pins() == []
+    hint = ToolStarted("a", 1.0, "terminal", command="pytest")
+    assert p.hint_tool("a", hint) and p.session("a").in_tool is hint
+    assert not p.hint_tool("a", ToolStarted("a", 1.0, "terminal"))   # one already known
+    assert not p.hint_tool("nobody", hint) and p.session("nobody") is None
