@@ -33,6 +33,8 @@ DISPATCH: dict[str, tuple[str, str, str]] = {
     "run": ("mars_openhands.openhands.run", "agent", "run OpenHands agents against a served model"),
     "record": ("mars_openhands.openhands.record", "agent", "record OpenHands conversations as a mars-trace"),
     "report": ("mars_openhands.report", "core", "build the results report"),
+    "bench-matrix": ("mars_openhands.matrix.run", "core",
+                     "every policy on a grid of workloads x hosts in the simulator (regret table, heatmap)"),
 }
 _ENVIRONMENTS = {
     "engine": "the engine environment .venv (`make setup-engine`, i.e. pip install -e '.[vllm]' on Python 3.11)",

@@ -80,3 +80,10 @@ def test_default_policies_are_mars_and_every_registered_baseline():
     names = run._policies(None)
     assert "mars" in names and not any(n.startswith("mars-") for n in names)
     assert set(names) - {"mars"} == {n for n in policy_names() if not n.startswith("mars")}
+
+
+def test_the_cli_dispatches_bench_matrix(tiny, capsys):
+    from mars_openhands import cli
+    assert cli.main(["bench-matrix", "--grid", str(tiny / "tiny.toml"), "--policies", "fcfs",
+                     "--out", str(tiny / "z")]) == 2
+    assert "bench-matrix: error: --policies: needs 'mars'" in capsys.readouterr().err
