@@ -12,7 +12,7 @@ import importlib
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from mars_openhands.cli_args import (CliError, add_synthetic_args, add_workload_source, at_rate, float_list,
                                      policy_list, positive, read_trace, synthetic_config)
@@ -157,7 +157,7 @@ def simulate(args: argparse.Namespace) -> int:
         return 0
     if any(r <= 0 for r in args.sweep_rates):
         raise CliError(f"--sweep-rates: rates must be > 0, got {args.sweep_rates}")
-    points = []
+    points: list[Mapping[str, Any]] = []
     for rate in args.sweep_rates:
         sessions = make(rate)
         point_label = label if args.trace is not None else label_of(rate)

@@ -37,6 +37,8 @@ from mars_openhands.openhands import importhook, instrument
 log = logging.getLogger("runtime_patches.openhands_sdk")
 
 TESTED_SDK_VERSIONS = ("1.21.0", "1.58.2")
+#: an SDK method, wrapped or not (the wrappers pass every argument through unchanged)
+Method = Callable[..., Any]
 _MARK = "__mars_patched__"
 
 
@@ -86,7 +88,7 @@ def check() -> list[str]:
     return problems
 
 
-def _wrap(cls: type, meth: str, make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
+def _wrap(cls: type, meth: str, make: Callable[[Method], Method]) -> None:
     orig = getattr(cls, meth)
     if getattr(orig, _MARK, False):
         return
@@ -105,7 +107,7 @@ def _status_of(events: list[Any]) -> int:
     return 0
 
 
-def _execute_action(orig: Callable[..., Any]) -> Callable[..., Any]:
+def _execute_action(orig: Method) -> Method:
     def wrapper(self: Any, conversation: Any, action_event: Any, *args: Any, **kwargs: Any) -> Any:
         inst = instrument.active()
         if inst is None:
@@ -125,7 +127,7 @@ def _execute_action(orig: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def _step(orig: Callable[..., Any]) -> Callable[..., Any]:
+def _step(orig: Method) -> Method:
     def wrapper(self: Any, conversation: Any, *args: Any, **kwargs: Any) -> Any:
         inst = instrument.active()
         if inst is None:
@@ -138,7 +140,7 @@ def _step(orig: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def _astep(orig: Callable[..., Any]) -> Callable[..., Any]:
+def _astep(orig: Method) -> Method:
     async def wrapper(self: Any, conversation: Any, *args: Any, **kwargs: Any) -> Any:
         inst = instrument.active()
         if inst is None:
@@ -151,7 +153,7 @@ def _astep(orig: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def _atransport(orig: Callable[..., Any]) -> Callable[..., Any]:
+def _atransport(orig: Method) -> Method:
     async def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
         inst = instrument.active()
         if inst is not None:
@@ -160,7 +162,7 @@ def _atransport(orig: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def _transport(orig: Callable[..., Any]) -> Callable[..., Any]:
+def _transport(orig: Method) -> Method:
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
         inst = instrument.active()
         if inst is not None:
@@ -177,7 +179,7 @@ def _report_end(self: Any, failed: bool, reason: str | None) -> None:
         inst.session_ended(str(self.id), why)
 
 
-def _aend(orig: Callable[..., Any]) -> Callable[..., Any]:
+def _aend(orig: Method) -> Method:
     async def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
         failed = True
         try:
@@ -189,8 +191,8 @@ def _aend(orig: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def _end(reason: str | None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    def make(orig: Callable[..., Any]) -> Callable[..., Any]:
+def _end(reason: str | None) -> Callable[[Method], Method]:
+    def make(orig: Method) -> Method:
         def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
             failed = True
             try:

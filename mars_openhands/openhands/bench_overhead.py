@@ -39,6 +39,7 @@ LIMIT_S = 1e-3
 
 def _sink() -> tuple[subprocess.Popen[str], str]:
     proc = subprocess.Popen([sys.executable, "-c", _SINK], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None  # stdout=PIPE
     port = int(proc.stdout.readline())
     url = f"http://127.0.0.1:{port}/mars/v1/events"
     urllib.request.urlopen(urllib.request.Request(url, data=b"{}", method="POST"), timeout=5)
@@ -86,6 +87,7 @@ def measure(calls_per_block: int, blocks: int) -> dict[str, float]:
                     agent._execute_action_event(conv, ev)
                 dt = (time.perf_counter() - t0) / calls_per_block
                 if on:
+                    assert inst.emitter is not None  # enabled with an events_url
                     inst.emitter.flush(10.0)
                     stats = inst.emitter.stats
                     instrument.disable()

@@ -85,16 +85,18 @@ class MarsConfig:
 
 
 class _Section:
-    """Typed reads from one TOML table; every error names `file: [table] key`."""
+    """Typed reads from one TOML table; every error names `file: [table] key`.
 
-    def __init__(self, path: Path, name: str, data: Any, allowed: set[str]):
+    Each read has a required form, a form with a default (never None) and an optional one."""
+
+    def __init__(self, path: Path, name: str, data: object, allowed: set[str]):
         self.where = f"{path}: [{name}]"
         if not isinstance(data, dict):
             raise ConfigError(f"{self.where}: expected a table, got {type(data).__name__}")
         unknown = sorted(set(data) - allowed)
         if unknown:
             raise ConfigError(f"{self.where} {unknown[0]}: unknown key (allowed: {', '.join(sorted(allowed))})")
-        self.data = data
+        self.data: dict[str, Any] = data
 
     def _get(self, key: str, types: tuple[type, ...], kind: str, required: bool, default: Any) -> Any:
         if key not in self.data:
@@ -106,44 +108,66 @@ class _Section:
             raise ConfigError(f"{self.where} {key}: expected {kind}, got {value!r}")
         return value
 
-    def text(self, key: str, *, required: bool = False, default: str | None = None) -> str | None:
-        value = self._get(key, (str,), "a string", required, default)
+    def _text(self, key: str, required: bool, default: str | None) -> str | None:
+        value: str | None = self._get(key, (str,), "a string", required, default)
         if value is not None and not value.strip():
             raise ConfigError(f"{self.where} {key}: must not be empty")
         return value
 
-    def number(self, key: str, default: float | None = None, *, positive: bool = True) -> float | None:
-        value = self._get(key, (int, float), "a number", False, default)
+    def required_text(self, key: str) -> str:
+        value = self._text(key, True, None)
+        assert value is not None  # _get raised if it was missing
+        return value
+
+    def text(self, key: str, default: str) -> str:
+        value = self._text(key, False, default)
+        return default if value is None else value
+
+    def optional_text(self, key: str) -> str | None:
+        return self._text(key, False, None)
+
+    def optional_number(self, key: str, *, positive: bool = True) -> float | None:
+        value = self._get(key, (int, float), "a number", False, None)
         if value is not None and positive and value <= 0:
             raise ConfigError(f"{self.where} {key}: must be > 0, got {value!r}")
         return None if value is None else float(value)
 
-    def integer(self, key: str, default: int | None = None) -> int | None:
-        value = self._get(key, (int,), "an integer", False, default)
+    def number(self, key: str, default: float) -> float:
+        value = self.optional_number(key)
+        return default if value is None else value
+
+    def optional_integer(self, key: str) -> int | None:
+        value: int | None = self._get(key, (int,), "an integer", False, None)
         if value is not None and value <= 0:
             raise ConfigError(f"{self.where} {key}: must be > 0, got {value!r}")
         return value
 
+    def integer(self, key: str, default: int) -> int:
+        value = self.optional_integer(key)
+        return default if value is None else value
 
-def _url(section: _Section, key: str, *, required: bool) -> str | None:
-    value = section.text(key, required=required)
+
+def _url(section: _Section, key: str, value: str | None) -> str | None:
     if value is not None and not value.startswith(("http://", "https://")):
         raise ConfigError(f"{section.where} {key}: expected an http(s):// URL, got {value!r}")
     return value
 
 
-def _llm(path: Path, data: Any) -> LLMConfig:
+def _llm(path: Path, data: object) -> LLMConfig:
     s = _Section(path, "llm", data, {"model", "base_url", "api_key", "temperature",
                                      "max_output_tokens", "timeout_s"})
-    temperature = s.number("temperature", positive=False)
+    temperature = s.optional_number("temperature", positive=False)
     if temperature is not None and temperature < 0:
         raise ConfigError(f"{s.where} temperature: must be >= 0, got {temperature!r}")
-    return LLMConfig(model=s.text("model", required=True), base_url=_url(s, "base_url", required=True),
-                     api_key=s.text("api_key", default="EMPTY"), temperature=temperature,
-                     max_output_tokens=s.integer("max_output_tokens"), timeout_s=s.number("timeout_s"))
+    model = s.required_text("model")
+    base_url = s.required_text("base_url")
+    _url(s, "base_url", base_url)
+    return LLMConfig(model=model, base_url=base_url, api_key=s.text("api_key", "EMPTY"), temperature=temperature,
+                     max_output_tokens=s.optional_integer("max_output_tokens"),
+                     timeout_s=s.optional_number("timeout_s"))
 
 
-def _mars(path: Path, data: Any) -> EmitterConfig:
+def _mars(path: Path, data: object) -> EmitterConfig:
     s = _Section(path, "mars", data, {"events_url", "token", "expected_duration_s", "batch_max",
                                       "flush_interval_s", "buffer_size", "exit_flush_timeout_s"})
     hints_raw = s._get("expected_duration_s", (dict,), "a table of tool name = seconds", False, {})
@@ -152,16 +176,16 @@ def _mars(path: Path, data: Any) -> EmitterConfig:
         if isinstance(secs, bool) or not isinstance(secs, (int, float)) or secs <= 0:
             raise ConfigError(f"{s.where} expected_duration_s.{tool}: expected seconds > 0, got {secs!r}")
         hints[tool] = float(secs)
-    token = os.environ.get("MARS_EVENTS_TOKEN") or s.text("token")
+    token = os.environ.get("MARS_EVENTS_TOKEN") or s.optional_text("token")
     d = EmitterConfig()
-    return EmitterConfig(events_url=_url(s, "events_url", required=False), token=token,
+    return EmitterConfig(events_url=_url(s, "events_url", s.optional_text("events_url")), token=token,
                          expected_duration_s=hints, batch_max=s.integer("batch_max", d.batch_max),
                          flush_interval_s=s.number("flush_interval_s", d.flush_interval_s),
                          buffer_size=s.integer("buffer_size", d.buffer_size),
                          exit_flush_timeout_s=s.number("exit_flush_timeout_s", d.exit_flush_timeout_s))
 
 
-def _agent(path: Path, data: Any) -> AgentConfig:
+def _agent(path: Path, data: object) -> AgentConfig:
     s = _Section(path, "agent", data, {"max_iterations", "tools"})
     tools = s._get("tools", (list,), "a list of tool names", False, list(DEFAULT_TOOLS))
     if not tools or not all(isinstance(t, str) and t for t in tools):
@@ -172,13 +196,13 @@ def _agent(path: Path, data: Any) -> AgentConfig:
     return AgentConfig(max_iterations=s.integer("max_iterations", 50), tools=tuple(tools))
 
 
-def _workspace(path: Path, data: Any) -> WorkspaceConfig:
+def _workspace(path: Path, data: object) -> WorkspaceConfig:
     s = _Section(path, "workspace", data, {"working_dir", "persistence_dir"})
     base = path.parent
-    working = (base / s.text("working_dir", default=".")).resolve()
+    working = (base / s.text("working_dir", ".")).resolve()
     if not working.is_dir():
         raise ConfigError(f"{s.where} working_dir: {working} is not a directory")
-    persist = s.text("persistence_dir")
+    persist = s.optional_text("persistence_dir")
     return WorkspaceConfig(working_dir=working,
                            persistence_dir=None if persist is None else (base / persist).resolve())
 

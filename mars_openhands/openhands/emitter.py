@@ -14,6 +14,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
@@ -53,6 +54,7 @@ class EventEmitter:
                  backoff_max_s: float = 1.0, post_timeout_s: float = 2.0):
         if not config.events_url:
             raise ValueError("EventEmitter: events_url is required")
+        self._url: str = config.events_url
         self.config = config
         self.stats = EmitterStats()
         self._buf: deque[Event] = deque()
@@ -147,9 +149,9 @@ class EventEmitter:
             self._in_flight = n
             return batch
 
-    def _post(self, body: dict) -> None:
+    def _post(self, body: dict[str, Any]) -> None:
         try:
-            r = self._client.post(self.config.events_url, json=body)
+            r = self._client.post(self._url, json=body)
         except httpx.HTTPError as e:
             raise _Retryable(f"{type(e).__name__}: {e}") from e
         if r.status_code >= 500 or r.status_code == 429:

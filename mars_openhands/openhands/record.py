@@ -113,7 +113,7 @@ def record_conversation(conv_dir: str | Path, *, arrival_s: float = 0.0) -> tupl
         calls = [a for a in resp.actions if a["tool"] not in _FINAL_TOOLS]
         tool = None
         if calls:
-            if resp.t_last_obs is None:
+            if resp.t_last_obs is None or resp.t_first is None:
                 raise RecordError(f"{d}: tool call of response {resp.response_id!r} has no observation")
             cmds = [c for c in map(describe_action, calls) if c]
             tool = ToolCall(name=calls[0]["tool"], duration_s=max(0.0, resp.t_last_obs - resp.t_first),

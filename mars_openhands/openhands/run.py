@@ -17,9 +17,12 @@ import os
 import sys
 import uuid
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from mars_openhands.openhands.config import ConfigError, MarsConfig, load_config
+
+if TYPE_CHECKING:
+    from openhands.sdk import Agent
 
 _TOOL_MODULES = {
     "terminal": ("openhands.tools.terminal", "TerminalTool"),
@@ -41,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def build_agent(cfg: MarsConfig) -> Any:
+def build_agent(cfg: MarsConfig) -> Agent:
     """The SDK Agent the config describes (tools registered by importing their modules)."""
     import importlib
 

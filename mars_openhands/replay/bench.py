@@ -20,7 +20,7 @@ import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Awaitable, Callable, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Coroutine, Sequence, TypeVar
 
 from mars_openhands.cli_args import (CliError, add_synthetic_args, add_workload_source, policy_list, positive,
                                      workload)
@@ -199,7 +199,7 @@ async def _replay(server: EngineServer, plan: BenchPlan, args: argparse.Namespac
 
 
 def _with_server(policy: str, log: Path, args: argparse.Namespace, flags: list[str],
-                 work: Callable[[EngineServer], Awaitable[T]]) -> T:
+                 work: Callable[[EngineServer], Coroutine[Any, Any, T]]) -> T:
     """Start an engine, run `work(server)` on it, always stop the engine."""
     server = EngineServer(policy, args.model, log, flags)
     try:

@@ -12,7 +12,7 @@ from typing import Any
 
 from mars_openhands.replay.accounting import account
 from mars_openhands.replay.calibrate import EngineCosts, Samples
-from mars_openhands.replay.client import ReplayOutcome, stat_value
+from mars_openhands.replay.client import ReplayOutcome, StatsDoc, stat_value
 from mars_openhands.replay.engine import CacheConfig
 from mars_openhands.replay.prompts import TurnShape
 from mars_openhands.results import RunResult, SessionResult
@@ -36,7 +36,7 @@ class PolicyRun:
     outcome: ReplayOutcome
     before: dict[str, float]          # Prometheus metrics before the replay
     after: dict[str, float]           # ... and after it
-    stats: dict[str, Any] | None      # the MARS stats document (None: no MARS plugin)
+    stats: StatsDoc                   # the MARS stats document at the end
 
 
 def _counter(m: dict[str, float], name: str) -> float:

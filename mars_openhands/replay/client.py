@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 import httpx
 
@@ -47,14 +47,19 @@ class SessionRecord:
     turns: list[TurnRecord] = field(default_factory=list)
 
 
+#: (t, admission window or None, kv usage, pinned blocks, running, waiting)
+TimelinePoint = tuple[float, float | None, float, int, int, int]
+#: `GET /mars/v1/stats` as parsed JSON (None: a server without the MARS plugin)
+StatsDoc = dict[str, Any] | None
+
+
 @dataclass(slots=True)
 class ReplayOutcome:
     sessions: list[SessionRecord]
     duration_s: float
     events_sent: int
     events_dropped: int
-    #: (t, admission window or None, kv usage, pinned blocks, running, waiting), from the sampler.
-    timeline: list[tuple[float, float | None, float, int, int, int]] = field(default_factory=list)
+    timeline: list[TimelinePoint] = field(default_factory=list)     # from the sampler
 
 
 @dataclass
@@ -64,7 +69,7 @@ class ReplayConfig:
     sample_interval_s: float = 1.0       # timeline sampling of /mars/v1/stats and /metrics
 
 
-def stat_value(d: dict | None, *paths: str) -> float | None:
+def stat_value(d: StatsDoc, *paths: str) -> float | None:
     """First numeric value found at one of the dotted `paths` of a stats document."""
     for path in paths:
         cur: object = d
@@ -75,7 +80,7 @@ def stat_value(d: dict | None, *paths: str) -> float | None:
     return None
 
 
-def timeline_point(t: float, stats: dict | None, metrics: dict[str, float]) -> tuple:
+def timeline_point(t: float, stats: StatsDoc, metrics: dict[str, float]) -> TimelinePoint:
     """One timeline sample from the MARS stats document (`mars_stats()` of the vLLM adapter) and
     vLLM's Prometheus metrics; a stock server without stats gives no window and no pins."""
     window = stat_value(stats, "admission.window")
@@ -150,7 +155,7 @@ class Replayer:
         finally:
             self.sink.emit(SessionEnded(session_id=s.session_id, t=time.time(), reason=reason))
 
-    async def _sample(self, timeline: list) -> None:
+    async def _sample(self, timeline: list[TimelinePoint]) -> None:
         while True:
             try:
                 stats, metrics = await asyncio.gather(self.engine.stats(), self.engine.metrics())
@@ -162,7 +167,7 @@ class Replayer:
     async def run(self, sessions: list[SessionTrace]) -> ReplayOutcome:
         """Replay every session; a failed session is recorded (finish_s None) and does not stop others."""
         records = [SessionRecord(s.session_id, s.arrival_s) for s in sessions]
-        timeline: list = []
+        timeline: list[TimelinePoint] = []
         self._t0 = time.monotonic()
         self.sink.start()
         sampler = asyncio.create_task(self._sample(timeline))

@@ -13,6 +13,7 @@ import json
 import logging
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 
@@ -150,7 +151,7 @@ class EngineClient:
         if r.status_code != 200:
             raise EngineError(f"/mars/v1/events: HTTP {r.status_code}: {r.text[:300]}")
 
-    async def stats(self) -> dict | None:
+    async def stats(self) -> dict[str, Any] | None:
         """`GET /mars/v1/stats`, or None where the server has no MARS plugin (stock vLLM)."""
         try:
             r = await self._http.get("/mars/v1/stats", timeout=5.0)

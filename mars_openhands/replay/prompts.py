@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,7 +33,7 @@ class TokenSpace:
     ids: np.ndarray
 
     @classmethod
-    def from_vocab(cls, vocab_size: int, exclude: set[int] = frozenset()) -> "TokenSpace":
+    def from_vocab(cls, vocab_size: int, exclude: AbstractSet[int] = frozenset()) -> "TokenSpace":
         ids = np.array([i for i in range(vocab_size) if i not in exclude], dtype=np.int64)
         if len(ids) < 2:
             raise ModelDirError(f"vocab_size {vocab_size}: too few ordinary tokens to build prompts")
