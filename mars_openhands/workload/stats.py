@@ -1,4 +1,4 @@
-"""Statistics of a trace, in the terms workload.md states its targets (to check a generator or a
+"""Statistics of a trace, in the terms the generator's calibration targets use (to check a generator or a
 recorded trace against real agent runs)."""
 from __future__ import annotations
 

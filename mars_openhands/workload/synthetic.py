@@ -82,7 +82,7 @@ from dataclasses import dataclass
 from mars_openhands.workload.trace import SessionTrace, ToolCall, Turn
 
 SYSTEM_PROMPT_ID = "openhands-sdk-cli-mode"
-#: OpenHands SDK cli-mode system prompt + 4 tool schemas is ~16k characters (workload.md): ~4.1k tokens.
+#: OpenHands SDK cli-mode system prompt + 4 tool schemas is ~16k characters (measured): ~4.1k tokens.
 SYSTEM_PROMPT_TOKENS = 4100
 ARRIVALS = ("poisson", "fixed", "burst")
 
@@ -112,7 +112,7 @@ _FILES = ("models.py", "utils.py", "parser.py", "fields.py", "base.py", "query.p
 _SYMBOLS = ("clamp", "parse_date", "to_dict", "_validate", "Quantity", "resolve", "BaseField",
             "normalize", "QuerySet", "__repr__")
 
-#: Observation sizes are set so that the deepest prompt matches p50 24k / p95 69k (workload.md);
+#: Observation sizes are set so that the deepest prompt matches p50 24k / p95 69k (table above);
 #: the split between commands follows what OpenHands prints (directory listings and edits are short,
 #: file views and test logs long; terminal output truncated at ~30k characters, ~20k tokens).
 _COMMANDS: tuple[_Command, ...] = (
@@ -143,7 +143,7 @@ _WEIGHTS = {c: tuple(cmd.weight for cmd in _BY_CLASS[c]) for c in _CLASSES}
 
 @dataclass(frozen=True, slots=True)
 class SyntheticConfig:
-    """Knobs of the generator. Defaults reproduce the workload.md statistics."""
+    """Knobs of the generator. Defaults reproduce the measured statistics in the table above."""
 
     n_sessions: int
     rate: float = 0.2                      # sessions/s (MARS runs: 0.2 fixed; sweeps 0.05-0.5)

@@ -1,4 +1,4 @@
-"""The synthetic generator reproduces workload.md's statistics and is deterministic per seed."""
+"""The synthetic generator reproduces its calibration targets and is deterministic per seed."""
 from __future__ import annotations
 
 import math
