@@ -12,6 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from evaluation.swebench.oracle import StepKind, plan_trajectory
+from evaluation.swebench.records import JSONDict, RunRecord
+from evaluation.swebench.tasks import load_instances
+from evaluation.swebench.workspace import create_workspace
+
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.agent, pytest.mark.slow]
 TASKS = ["marsbench__semverlite-41", "marsbench__ttlcache-8", "marsbench__inireader-17"]
@@ -32,9 +37,38 @@ def _ours(tmpdir: Path) -> list[str]:
     return out
 
 
-def _records(run_dir: Path) -> list[dict]:
+def _records(run_dir: Path) -> list[RunRecord]:
+    """The run's output.jsonl, read as the driver's typed records (which also checks every field)."""
     path = run_dir / "output.jsonl"
-    return [json.loads(l) for l in path.read_text().splitlines() if l.strip()] if path.is_file() else []
+    return [RunRecord.from_dict(json.loads(line)) for line in path.read_text().splitlines() if line.strip()] \
+        if path.is_file() else []
+
+
+def _reproduction_runs(rec: RunRecord, scratch: Path) -> dict[StepKind, str]:
+    """The terminal output of the agent's REPRODUCE and RERUN calls, found by the oracle step that made them.
+
+    The oracle plays step k at the k-th assistant turn, and each turn is one action: the k-th ActionEvent
+    of the history is step k of the plan (planned again here on a fresh workspace: the kinds do not
+    depend on where the workspace lies).
+    """
+    (instance,) = load_instances([rec.instance_id])
+    kinds = [s.kind for s in plan_trajectory(instance, create_workspace(instance, parent=scratch))]
+    calls = [e["tool_call_id"] for e in rec.history if e.get("kind") == "ActionEvent"]
+    kind_of = dict(zip(calls, kinds))
+    assert len(calls) == len(kinds), "one action per planned step"
+
+    def text(e: JSONDict) -> str:
+        return " ".join(c.get("text", "") for c in e["observation"]["content"])
+
+    wanted = (StepKind.REPRODUCE, StepKind.RERUN)
+    return {kind_of[e["tool_call_id"]]: text(e) for e in rec.history
+            if e.get("kind") == "ObservationEvent" and kind_of[e["tool_call_id"]] in wanted}
+
+
+def _red_then_green(rec: RunRecord, scratch: Path) -> None:
+    runs = _reproduction_runs(rec, scratch)
+    assert "failed" in runs[StepKind.REPRODUCE], runs
+    assert "passed" in runs[StepKind.RERUN] and "failed" not in runs[StepKind.RERUN], runs
 
 
 def _env(tmpdir: Path) -> dict[str, str]:
@@ -76,20 +110,22 @@ def test_ctrl_c_stops_everything_and_a_rerun_resumes(tmp_path, slow_engine):
     assert "interrupted" in out
     time.sleep(1)
     assert _ours(tmpdir) == []  # no agent, tool process or tmux server survived
-    first = {r["instance_id"]: r for r in _records(run_dir)}
-    done = {i for i, r in first.items() if not r["error"]}
+    first = {r.instance_id: r for r in _records(run_dir)}
+    done = {i for i, r in first.items() if r.finished}
     assert done and len(done) < len(TASKS)
 
     proc = _driver(args, env)
     out, _ = proc.communicate(timeout=600)
     assert proc.returncode == 0, out
     assert f"{len(done)} already finished" in out
-    final = {r["instance_id"]: r for r in _records(run_dir)}
-    assert sorted(final) == sorted(TASKS) and all(not r["error"] for r in final.values())
-    assert all(r["report"]["resolved"] for r in final.values())
-    assert {i: final[i]["timings"] for i in done} == {i: first[i]["timings"] for i in done}  # not re-run
-    trace = [json.loads(l) for l in (run_dir / "trace.jsonl").read_text().splitlines()]
-    assert sorted(s["session_id"] for s in trace) == sorted(r["conversation_id"] for r in final.values())
+    final = {r.instance_id: r for r in _records(run_dir)}
+    assert sorted(final) == sorted(TASKS) and all(r.finished for r in final.values())
+    assert all(r.resolved for r in final.values())
+    assert {i: final[i].timings for i in done} == {i: first[i].timings for i in done}  # not re-run
+    for rec in final.values():
+        _red_then_green(rec, tmp_path)  # the agents' own test runs: red, then green
+    trace = [json.loads(line) for line in (run_dir / "trace.jsonl").read_text().splitlines()]
+    assert sorted(s["session_id"] for s in trace) == sorted(r.conversation_id for r in final.values())
     assert all(s["schema"] == "mars-trace/1" and len(s["turns"]) >= 8 for s in trace)
     assert _ours(tmpdir) == []
 
@@ -104,20 +140,17 @@ def test_offline_run_on_the_real_engine(tmp_path):
     out, _ = proc.communicate(timeout=1500)
     assert proc.returncode == 0, out
     (rec,) = _records(run_dir)
-    assert rec["error"] is None and rec["status"] == "finished" and rec["report"]["resolved"]
-    turns = rec["engine_turns"]
-    assert len(turns) >= 8 and all(t["session_id"] == rec["conversation_id"] for t in turns)
-    assert all(b["prompt_tokens"] > a["prompt_tokens"] for a, b in zip(turns, turns[1:]))  # the context grows
-    assert sum(t["cached_tokens"] for t in turns[1:]) > 0.5 * sum(t["prompt_tokens"] for t in turns[:-1])
-    history = json.loads((run_dir / "instances" / TASKS[0] / "history.json").read_text())
-    outputs = [" ".join(c.get("text", "") for c in e["observation"]["content"]) for e in history
-               if e.get("kind") == "ObservationEvent" and e.get("tool_name") == "terminal"]
-    runs = [o for o in outputs if " in " in o and ("passed" in o or "failed" in o)]
-    assert "failed" in runs[0] and "failed" not in runs[1]  # the agent's own test runs: red, then green
+    assert rec.error is None and rec.status == "finished" and rec.resolved
+    turns = rec.engine_turns
+    assert turns is not None and len(turns) >= 8 and all(t.session_id == rec.conversation_id for t in turns)
+    assert all(b.prompt_tokens > a.prompt_tokens for a, b in zip(turns, turns[1:]))  # the context grows
+    assert sum(t.cached_tokens for t in turns[1:]) > 0.5 * sum(t.prompt_tokens for t in turns[:-1])
+    assert json.loads((run_dir / "instances" / TASKS[0] / "history.json").read_text()) == rec.history
+    _red_then_green(rec, tmp_path)  # the agent's own test runs: red, then green
     stats = json.loads((run_dir / "engine_stats.json").read_text())
     assert stats["policy"] == "mars" and stats["counters"]["pins_created"] >= 1
     pred = json.loads((run_dir / "predictions.jsonl").read_text())
-    assert pred["model_patch"] == rec["test_result"]["git_patch"] and pred["model_patch"].startswith("diff --git")
-    (session,) = [json.loads(l) for l in (run_dir / rec["trace"]).read_text().splitlines()]
-    assert [t["input_tokens"] for t in session["turns"]] == [t["prompt_tokens"] for t in turns]
+    assert pred["model_patch"] == rec.git_patch and pred["model_patch"].startswith("diff --git")
+    (session,) = [json.loads(line) for line in (run_dir / rec.trace).read_text().splitlines()]
+    assert [t["input_tokens"] for t in session["turns"]] == [t.prompt_tokens for t in turns]
     assert _ours(tmpdir) == []  # engine, tools and tmux all gone
