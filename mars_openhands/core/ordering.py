@@ -16,7 +16,7 @@ from mars_openhands.core.context import PolicyContext
 from mars_openhands.core.model import Request
 from mars_openhands.core.strategies import Ordering
 
-#: MARS / Autellix level boundaries (tokens) and per-level prefill quanta (policies.md C, PLAS).
+#: MARS / Autellix level boundaries (tokens) and per-level prefill quanta (docs/policies.md "MLFQ", "autellix").
 LEVEL_BOUNDS: tuple[int, int, int] = (2048, 8192, 32768)
 LEVEL_QUANTA: tuple[int, int, int, int] = (2048, 1024, 512, 256)
 
@@ -35,7 +35,7 @@ class FcfsOrdering(Ordering):
 
 @dataclass(frozen=True, slots=True)
 class MlfqConfig:
-    """MARS internal scheduler constants (policies.md C; preview defaults)."""
+    """MARS internal scheduler constants (docs/policies.md "MLFQ"; preview defaults)."""
 
     level_bounds: tuple[int, ...] = LEVEL_BOUNDS
     quanta: tuple[int, ...] = LEVEL_QUANTA
@@ -142,7 +142,7 @@ class MlfqOrdering(Ordering):
 
 @dataclass(frozen=True, slots=True)
 class PlasConfig:
-    """Autellix PLAS as MARS re-implements it (policies.md "autellix"; preview constants)."""
+    """Autellix PLAS as MARS re-implements it (docs/policies.md "autellix"; preview constants)."""
 
     service_bounds: tuple[int, ...] = LEVEL_BOUNDS
     quanta: tuple[int, ...] = LEVEL_QUANTA

@@ -1,4 +1,4 @@
-"""Our KV retention rule (policies.md "Our KV retention rule"; MARS' preview has none).
+"""Our KV retention rule (docs/policies.md "Priced KV retention"; MARS' preview has none).
 
 At the end of a turn with C context tokens in B blocks:
 

@@ -63,7 +63,7 @@ class EngineShape:
 
 @dataclass(frozen=True)
 class PolicyConfig:
-    """Every tunable constant of every named policy, defaults from policies.md."""
+    """Every tunable constant of every named policy, defaults in docs/policies.md."""
 
     mlfq: MlfqConfig = field(default_factory=MlfqConfig)
     plas: PlasConfig = field(default_factory=PlasConfig)

@@ -12,7 +12,7 @@ from mars_openhands.core.model import PinOffer, Session
 from mars_openhands.core.strategies import Retention
 
 #: Reload / forward cost per token when nothing is calibrated (MARS, Continuum and InferCept
-#: code defaults; workload.md "engine cost references").
+#: code defaults; docs/workload.md "Engine cost references").
 DEFAULT_S_PER_TOKEN = 0.0002
 
 

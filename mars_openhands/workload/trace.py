@@ -1,7 +1,7 @@
 """The `mars-trace/1` format: JSON Lines, one agent session per line.
 
-Read by the simulator, the engine replay benchmark and the recorders; see
-`shared/design/workload.md`. Unknown fields are ignored; a malformed line raises `TraceError`
+Read by the simulator, the engine replay benchmark and the recorders; see docs/workload.md
+"Trace format". Unknown fields are ignored; a malformed line raises `TraceError`
 naming its line number and the field.
 """
 from __future__ import annotations

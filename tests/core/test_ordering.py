@@ -1,5 +1,5 @@
 """Ordering rules: MARS MLFQ (levels, quanta, demotion, aging, preemption), Autellix PLAS,
-Continuum program-level FCFS -- against the constants of policies.md."""
+Continuum program-level FCFS -- against the constants of docs/policies.md."""
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,4 @@
-"""Every policy name builds into the composition policies.md describes; overrides are typed."""
+"""Every policy name builds into the composition docs/policies.md describes; overrides are typed."""
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,4 @@
-"""Chunk shrinking and preemption-victim rules (policies.md C and the baselines)."""
+"""Chunk shrinking and preemption-victim rules (docs/policies.md "MARS" and "Baselines")."""
 from __future__ import annotations
 
 from mars_openhands.core import EngineShape, PinOffer, Request, build_policy
