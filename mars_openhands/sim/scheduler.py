@@ -34,7 +34,7 @@ class Scheduled:
     """What one step runs: tokens per request, in scheduling order."""
 
     tokens: dict[SimRequest, int]
-    #: every running request decodes one token and nobody else runs (the fast-forward candidate)
+    #: every running request decodes one token (with `admitted` False: a fast-forward candidate)
     decode_only: bool
     #: a waiting request was admitted this step
     admitted: bool
