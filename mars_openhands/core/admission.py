@@ -1,23 +1,43 @@
-"""MARS' external control plane: an AIMD admission window and a pressure-aware load balancer.
+"""MARS' external control plane: AIMD over the tool plane, a KV working-set window, and a
+pressure-aware load balancer (docs/policies.md#admission).
 
-Every `interval_s` (0.2 s) `tick()` reads the CPU plane (tool backlog = in flight / workers, EMA
-of tool queue wait) and the GPU plane (KV usage), moves two hysteresis flags and the window W:
+Every `interval_s` (0.2 s) `tick()` reads both planes and moves two limits:
 
-    CPU overloaded: enter backlog >= 2.0 or EMA wait >= 5 s; leave backlog <= 1.0 and wait <= 2 s
-    KV overloaded:  enter usage >= 0.9; leave usage <= 0.85
-    any overload                                         -> W = max(W_min, floor(0.7 W))
-    CPU healthy, usage <= 0.85, spare KV block budget    -> W = min(W_max, W + 1)
-    limit = min(W, cpu_cap = ceil(workers x (1.0 + 2.0) / 2), kv_cap)
+- the session window W (paper, CPU plane), with hysteresis flags:
 
-kv_cap falls linearly from W_max at usage 0.85 to W_min at 0.9. `select()` then admits up to
-limit - admitted sessions from the backlog in the order `LoadBalancer` picks. Constants are the
-MARS paper / preview defaults (docs/policies.md "Admission (AIMD window)"); all are `AimdConfig` fields.
+      CPU overloaded: enter backlog >= 2.0 or EMA wait >= 5 s; leave backlog <= 1.0 and wait <= 2 s
+      KV overloaded:  enter usage >= 0.9; leave usage <= 0.85 (pinned blocks count as free)
+      any overload                                                 -> W = max(W_min, floor(0.7 W))
+      CPU healthy, usage <= 0.85, no preemption, spare blocks, W binds -> W = W + 1
+      limit = min(W, cpu_cap = ceil(workers x (1.0 + 2.0) / 2))
+
+- the KV window K (ours, GPU plane, in blocks): the admitted sessions' predicted footprints
+  (`footprint_blocks`: context so far plus the measured growth of one turn) must sum to at most
+  K = resident / share, where resident = 0.9 x the cache (the paper's KV target) and share is an
+  EMA of the fraction of that footprint engaged in the engine (a call queued or running, or a
+  pin). Sessions share the cache in time: one in a tool holds no KV unless pinned, so with
+  share 1/3 three times the cache can be admitted; when calls queue in the engine, share rises
+  and K falls back towards what fits resident at once.
+
+When the working set outgrows K, the youngest admitted sessions are paused at their next turn
+boundary (`suspend`; their next call is parked and resumed before any new session), so a cache
+that the admitted contexts outgrew sheds sessions instead of thrashing.
+
+`select()` admits backlog sessions while both limits allow, in the `LoadBalancer`'s order.
+Liveness: when, at a tick, no admitted session has a call in the engine and the tool plane is
+not overloaded, the head of the backlog is admitted whatever the limits say, so the engine never
+idles for more than one control period while work is parked. (With the tool plane overloaded,
+the idle engine is the bottleneck working: more sessions would only queue for tools.)
+
+Paper constants (MARS preview): the interval, W_min, 0.7 / +1, the watermarks, cpu_cap, 50k
+tokens / 2 long sessions. There is no W_max unless configured (the preview's 30; OpenHands runs
+8): W grows only while it binds, cpu_cap bounds the tool plane and K the KV cache.
 """
 from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Sequence
 
 from mars_openhands.core.context import PolicyContext
@@ -25,11 +45,19 @@ from mars_openhands.core.model import Session
 from mars_openhands.core.strategies import Admission
 
 
+#: EMA weight of the engaged share per tick (0.2 s): a time constant of about 4 s, several LLM
+#: turns, so one burst of tool completions does not swing the window.
+SHARE_EMA = 0.05
+#: Floor of the engaged share: K is at most 20 x what fits resident (sessions that spend 95 % of
+#: their time in tools; below that the estimate rests on too few engaged sessions).
+MIN_SHARE = 0.05
+
+
 @dataclass(frozen=True, slots=True)
 class AimdConfig:
     interval_s: float = 0.2
     w_min: int = 4
-    #: None: sized from the tool plane (see `sized`); the preview uses 30 / 30.
+    #: Initial session window (None: W_min). W_max None: no fixed cap (see the module docstring).
     w_init: int | None = None
     w_max: int | None = None
     increase: int = 1
@@ -38,28 +66,17 @@ class AimdConfig:
     cpu_backlog_low: float = 1.0
     cpu_wait_high_s: float = 5.0
     cpu_wait_low_s: float = 2.0
-    kv_high: float = 0.9            # also the KV target: the admission budget keeps 10 % free
+    kv_high: float = 0.9            # also the KV target: the resident working set keeps 10 % free
     kv_low: float = 0.85
     long_prefill_tokens: int = 50_000
     max_long_inflight: int = 2
-
-    def sized(self, tool_workers: int) -> "AimdConfig":
-        """Fill an unset W_max with ceil(workers x cpu_backlog_low) and W_init with W_max.
-
-        An admitted session has at most one tool call in flight, so a window of workers x low
-        sessions can never by itself push the tool backlog past the healthy watermark. A fixed
-        W_max (the preview's 30) ignores the host: on 64 tool workers it starves the engine, and
-        cpu_cap (1.5 x workers) admits more sessions than the KV cache holds once their contexts
-        grow under sustained overload (measured in the simulator, README "Simulator results").
-        """
-        cap = math.ceil(max(1, tool_workers) * self.cpu_backlog_low)
-        w_max = self.w_max if self.w_max is not None else max(self.w_min, cap, self.w_init or 0)
-        return dataclasses.replace(self, w_max=w_max, w_init=self.w_init if self.w_init is not None else w_max)
+    #: Off: admit by the session window only (the paper's control plane, for ablation).
+    kv_window: bool = True
 
     def __post_init__(self) -> None:
+        w_init = self.w_init if self.w_init is not None else self.w_min
         checks = [
-            ("w_min <= w_init <= w_max", 1 <= self.w_min <= (self.w_init or self.w_min)
-             <= (self.w_max or self.w_init or self.w_min)),
+            ("w_min <= w_init <= w_max", 1 <= self.w_min <= w_init <= (self.w_max or w_init)),
             ("0 < decrease < 1", 0.0 < self.decrease < 1.0),
             ("increase >= 1", self.increase >= 1),
             ("interval_s > 0", self.interval_s > 0),
@@ -82,21 +99,48 @@ class Pressure:
     kv_overloaded: bool = False
     cpu_healthy: bool = True
     kv_usage: float = 0.0
-    budget_blocks: int = 0        # free blocks above the 10 % reserve, minus queued demand
+    budget_blocks: int = 0        # free (or pinned) blocks above the 10 % reserve, minus queued demand
+
+
+def footprint_blocks(s: Session, ctx: PolicyContext) -> int:
+    """Blocks `s` is predicted to need at its next turn: its context so far plus a turn's growth."""
+    return ctx.kv.blocks_for(max(s.context_tokens, s.prompt_tokens) + round(ctx.turn_growth_tokens))
+
+
+@dataclass
+class WorkingSet:
+    """The admitted sessions and their predicted KV footprint (re-summed at each tick)."""
+
+    sessions: dict[str, Session] = field(default_factory=dict)
+    blocks: int = 0
+
+    def add(self, s: Session, ctx: PolicyContext) -> None:
+        self.sessions[s.session_id] = s
+        self.blocks += footprint_blocks(s, ctx)
+
+    def refresh(self, ctx: PolicyContext) -> None:
+        """Drop sessions that left the window (ended, idle-released, suspended); re-sum."""
+        self.sessions = {sid: s for sid, s in self.sessions.items()
+                         if s.holds_slot and not s.ended and ctx.sessions.get(sid) is s}
+        self.blocks = sum(footprint_blocks(s, ctx) for s in self.sessions.values())
+
+    def youngest_first(self) -> list[Session]:
+        return sorted(self.sessions.values(), key=lambda s: (-(s.admitted_s or 0.0), -s.first_arrival_s))
 
 
 class LoadBalancer:
-    """Order of admission from the backlog (docs/policies.md "Load balancer").
+    """Order of admission from the backlog (paper, "global load balancer").
 
-    - FCFS when pressure is low (no overload, CPU healthy, usage <= 0.85) and the whole backlog
-      fits the free slots and the KV budget;
+    - suspended sessions (admitted before, paused by the KV window) first, oldest first: they hold
+      progress, and resuming them is what the window is waiting for;
+    - then FCFS when pressure is low (no overload, CPU healthy, usage <= 0.85) and the whole
+      backlog fits the free slots and the KV budget;
     - CPU overloaded: largest estimated first prefill first (GPU-heavy sessions add no tool load);
     - otherwise (normal or KV pressure): smallest first prefill first.
-    Every admission must fit the KV budget (blocks of its first prefill). A "long" session (first
-    prefill > 50k tokens) is admitted only when no short session in the backlog has waited
-    >= max(0.2, min(5, 1 / arrival rate)) s, KV is not overloaded and fewer than 2 long sessions
-    are in flight. If nothing is admitted and no session is, the head is admitted anyway, so that
-    a session bigger than the budget cannot wedge an idle engine.
+    Every admission must fit the KV budget (blocks of its next prefill; pinned blocks count as
+    free: pins are revocable). A "long" new session (first prefill > 50k tokens) is admitted only
+    when no short session in the backlog has waited >= max(0.2, min(5, 1 / arrival rate)) s, KV is
+    not overloaded and fewer than 2 long sessions are in flight.
     """
 
     def __init__(self, config: AimdConfig = AimdConfig()) -> None:
@@ -109,7 +153,7 @@ class LoadBalancer:
         self._last_arrival = -math.inf
 
     def is_long(self, s: Session) -> bool:
-        return s.first_prompt_tokens > self.config.long_prefill_tokens
+        return s.turns_finished == 0 and s.first_prompt_tokens > self.config.long_prefill_tokens
 
     def arrival_rate(self) -> float | None:
         """Sessions per second seen so far (None until two arrivals span some time)."""
@@ -140,26 +184,36 @@ class LoadBalancer:
             self._arrivals += 1
             self._first_arrival = min(self._first_arrival, s.first_arrival_s)
 
+    def order(self, backlog: Sequence[Session], slots: int, pressure: Pressure,
+              cost: dict[str, int]) -> list[Session]:
+        """The backlog in admission order (sets `mode`)."""
+        resumed = sorted((s for s in backlog if s.turns_finished), key=lambda s: s.first_arrival_s)
+        new = [s for s in backlog if not s.turns_finished]
+        low_pressure = (not pressure.cpu_overloaded and not pressure.kv_overloaded
+                        and pressure.cpu_healthy and pressure.kv_usage <= self.config.kv_low)
+        if low_pressure and len(backlog) <= slots and sum(cost.values()) <= pressure.budget_blocks:
+            self.mode = "fcfs"
+        elif pressure.cpu_overloaded:
+            self.mode = "largest-first"
+            new.sort(key=lambda s: (-s.first_prompt_tokens, s.first_arrival_s))
+        else:
+            self.mode = "smallest-first"
+            new.sort(key=lambda s: (s.first_prompt_tokens, s.first_arrival_s))
+        return resumed + new
+
     def select(self, backlog: Sequence[Session], slots: int, pressure: Pressure,
-               ctx: PolicyContext) -> list[Session]:
-        """Up to `slots` sessions of `backlog` (arrival order) to admit now, in admission order."""
+               ctx: PolicyContext, room_blocks: float = math.inf) -> list[Session]:
+        """Up to `slots` sessions of `backlog` (arrival order) to admit now, in admission order;
+        their predicted footprints together fit `room_blocks` (the KV window's room)."""
         self._count_arrivals(backlog)
         if slots <= 0 or not backlog:
             return []
         cfg, kv = self.config, ctx.kv
-        cost = {s.session_id: kv.blocks_for(s.first_prompt_tokens) for s in backlog}
+        cost = {s.session_id: kv.blocks_for(s.prompt_tokens) for s in backlog}
         budget = pressure.budget_blocks
-        low_pressure = (not pressure.cpu_overloaded and not pressure.kv_overloaded
-                        and pressure.cpu_healthy and pressure.kv_usage <= cfg.kv_low)
-        if low_pressure and len(backlog) <= slots and sum(cost.values()) <= budget:
-            self.mode, candidates = "fcfs", list(backlog)
-        elif pressure.cpu_overloaded:
-            self.mode = "largest-first"
-            candidates = sorted(backlog, key=lambda s: (-s.first_prompt_tokens, s.first_arrival_s))
-        else:
-            self.mode = "smallest-first"
-            candidates = sorted(backlog, key=lambda s: (s.first_prompt_tokens, s.first_arrival_s))
-        short_waited = next((ctx.now - s.first_arrival_s for s in backlog if not self.is_long(s)), 0.0)
+        candidates = self.order(backlog, slots, pressure, cost)
+        short_waited = next((ctx.now - s.first_arrival_s for s in backlog
+                             if not s.turns_finished and not self.is_long(s)), 0.0)
         long_room = 0
         if not pressure.kv_overloaded and short_waited < self.long_wait_threshold_s():
             long_room = max(0, cfg.max_long_inflight - self.long_in_flight(ctx))
@@ -168,14 +222,14 @@ class LoadBalancer:
             if len(chosen) >= slots:
                 break
             long = self.is_long(s)
-            if (long and long_room <= 0) or cost[s.session_id] > budget:
+            fp = footprint_blocks(s, ctx)
+            if (long and long_room <= 0) or cost[s.session_id] > budget or fp > room_blocks:
                 continue
             chosen.append(s)
             budget -= cost[s.session_id]
+            room_blocks -= fp
             if long:
                 long_room -= 1
-        if not chosen and ctx.admitted_active == 0:
-            chosen = [candidates[0]]
         for s in chosen:
             if self.is_long(s):
                 self.long_sessions.add(s.session_id)
@@ -183,34 +237,44 @@ class LoadBalancer:
 
 
 class AimdAdmission(Admission):
-    """MARS session admission: AIMD window with CPU/KV hysteresis + `LoadBalancer` ordering."""
+    """MARS session admission: AIMD session and KV windows + `LoadBalancer` ordering."""
 
     def __init__(self, config: AimdConfig, balancer: LoadBalancer | None = None) -> None:
-        if config.w_max is None or config.w_init is None:
-            raise ValueError("AimdAdmission: size the window first (AimdConfig.sized(tool_workers))")
         self.config = config
         self.interval_s = config.interval_s
         self.balancer = balancer or LoadBalancer(config)
-        self.window = config.w_init
-        self.cpu_cap = config.w_max
-        self.kv_cap = config.w_max
+        self.window = config.w_init if config.w_init is not None else config.w_min
+        self.cpu_cap = config.w_max if config.w_max is not None else math.inf
+        self.kv_window: float = math.inf       # blocks; set from the cache at the first tick
+        self.working_set = WorkingSet()
         self.pressure = Pressure()
-        self._pending_blocks = 0     # blocks of sessions admitted since the last tick
+        self.suspended = 0
+        self.idle_admits = 0
+        self._pending_blocks = 0     # first-prefill blocks of sessions admitted since the last tick
+        self._preemptions_seen = 0
+        self._to_suspend: set[str] = set()
+        self._engine_idle = False
+        self.engaged_share = 1.0
 
     @property
     def limit(self) -> int:
-        return min(self.window, self.cpu_cap, self.kv_cap)
+        return min(self.window, self.cpu_cap)
+
+    def resident_blocks(self, ctx: PolicyContext) -> int:
+        """Blocks the admitted working set may hold resident at once (the KV target)."""
+        return math.floor(ctx.kv.total_blocks * self.config.kv_high)
 
     def budget_blocks(self, ctx: PolicyContext) -> int:
-        """Free blocks above the (1 - kv_high) reserve, minus the demand already queued."""
+        """Free and pinned blocks above the (1 - kv_high) reserve, minus the demand already queued."""
         kv = ctx.kv
         reserve = math.ceil(kv.total_blocks * (1.0 - self.config.kv_high))
-        return kv.free_blocks - reserve - kv.waiting_demand_blocks
+        return kv.free_blocks + kv.pinned_blocks - reserve - kv.waiting_demand_blocks
 
     def tick(self, ctx: PolicyContext) -> None:
-        cfg, p = self.config, self.pressure
+        cfg, p, ws = self.config, self.pressure, self.working_set
         backlog, wait = ctx.cpu.backlog, ctx.cpu.ema_queue_wait_s
-        usage = ctx.kv.usage
+        kv = ctx.kv
+        usage = 1.0 - (kv.free_blocks + kv.pinned_blocks) / kv.total_blocks if kv.total_blocks else 0.0
         p.cpu_healthy = backlog <= cfg.cpu_backlog_low and wait <= cfg.cpu_wait_low_s
         if p.cpu_overloaded:
             p.cpu_overloaded = not p.cpu_healthy
@@ -223,37 +287,91 @@ class AimdAdmission(Admission):
         p.kv_usage = usage
         p.budget_blocks = self.budget_blocks(ctx)
         self._pending_blocks = 0
+        preempted = ctx.preemptions > self._preemptions_seen
+        self._preemptions_seen = ctx.preemptions
+        ws.refresh(ctx)
+        # Liveness: nothing admitted is in the engine. With the tool plane overloaded that is the
+        # bottleneck working, not idleness: more sessions would only queue for tools.
+        self._engine_idle = not p.cpu_overloaded and not any(
+            s.turns > s.turns_finished for s in ws.sessions.values())
+        healthy = p.cpu_healthy and usage <= cfg.kv_low and not preempted
         if p.cpu_overloaded or p.kv_overloaded:
             self.window = max(cfg.w_min, math.floor(cfg.decrease * self.window))
-        elif p.cpu_healthy and usage <= cfg.kv_low and p.budget_blocks > 0:
-            self.window = min(cfg.w_max, self.window + cfg.increase)
+        elif healthy and p.budget_blocks > 0 and len(ws.sessions) >= self.window:
+            self.window += cfg.increase
+            if cfg.w_max is not None:
+                self.window = min(cfg.w_max, self.window)
         workers = max(1, ctx.cpu.tool_workers)
-        cpu_cap = math.ceil(workers * (cfg.cpu_backlog_low + cfg.cpu_backlog_high) / 2.0)
-        self.cpu_cap = max(cfg.w_min, min(cfg.w_max, cpu_cap))
-        if usage <= cfg.kv_low:
-            self.kv_cap = cfg.w_max
-        elif usage >= cfg.kv_high:
-            self.kv_cap = cfg.w_min
-        else:
-            frac = (usage - cfg.kv_low) / (cfg.kv_high - cfg.kv_low)
-            self.kv_cap = max(cfg.w_min, min(cfg.w_max, round(cfg.w_max - frac * (cfg.w_max - cfg.w_min))))
+        cpu_cap = max(cfg.w_min, math.ceil(workers * (cfg.cpu_backlog_low + cfg.cpu_backlog_high) / 2.0))
+        self.cpu_cap = cpu_cap if cfg.w_max is None else min(cpu_cap, cfg.w_max)
+        if cfg.kv_window:
+            self._move_kv_window(ctx)
+
+    def _move_kv_window(self, ctx: PolicyContext) -> None:
+        ws, resident = self.working_set, self.resident_blocks(ctx)
+        engaged = sum(footprint_blocks(s, ctx) for s in ws.sessions.values()
+                      if s.turns > s.turns_finished or ctx.pins.get(s.session_id) is not None)
+        share = engaged / ws.blocks if ws.blocks else 1.0
+        self.engaged_share += SHARE_EMA * (share - self.engaged_share)
+        self.kv_window = resident / max(self.engaged_share, MIN_SHARE)
+        excess = ws.blocks - self.kv_window
+        self._to_suspend = set()
+        for s in ws.youngest_first()[:-1]:          # never the oldest: one session always runs
+            if excess <= 0:
+                break
+            self._to_suspend.add(s.session_id)
+            excess -= footprint_blocks(s, ctx)
+
+    def _mean_footprint(self, ctx: PolicyContext) -> float:
+        ws = self.working_set
+        return ws.blocks / len(ws.sessions) if ws.sessions else ctx.kv.blocks_for(round(ctx.turn_growth_tokens))
 
     def select(self, backlog: Sequence[Session], ctx: PolicyContext) -> list[Session]:
-        slots = self.limit - ctx.admitted_active
-        if slots <= 0:
+        if not backlog:
             return []
-        p = self.pressure
-        budget = p.budget_blocks - self._pending_blocks
-        view = Pressure(p.cpu_overloaded, p.kv_overloaded, p.cpu_healthy, p.kv_usage, budget)
-        chosen = self.balancer.select(backlog, slots, view, ctx)
-        self._pending_blocks += sum(ctx.kv.blocks_for(s.first_prompt_tokens) for s in chosen)
+        ws, p = self.working_set, self.pressure
+        chosen: list[Session] = []
+        slots = self.limit - len(ws.sessions)
+        if slots > 0:
+            view = dataclasses.replace(p, budget_blocks=p.budget_blocks - self._pending_blocks)
+            room = self.kv_window - ws.blocks if self.config.kv_window else math.inf
+            chosen = self.balancer.select(backlog, slots, view, ctx, room)
+        if not chosen and self._engine_idle:
+            # Nothing admitted was in the engine at the last tick: admitting cannot crowd anyone
+            # out, idling can (checked once a tick: the engine idles at most one control period).
+            chosen = self.balancer.order(backlog, 1, p, {})[:1]
+            self.idle_admits += 1
+        self._engine_idle = False
+        self._admitted(chosen, ctx)
         return chosen
+
+    def _admitted(self, chosen: Sequence[Session], ctx: PolicyContext) -> None:
+        for s in chosen:
+            self._pending_blocks += ctx.kv.blocks_for(s.prompt_tokens)
+            self.working_set.add(s, ctx)
+
+    def liveness_bound_s(self, ctx: PolicyContext) -> float | None:
+        """One control period, unless the tool plane is overloaded (see the module docstring)."""
+        return None if self.pressure.cpu_overloaded else self.interval_s
+
+    def suspend(self, s: Session, ctx: PolicyContext) -> bool:
+        """True if `s`, at a turn boundary now, must give its place back (see the module docstring)."""
+        if s.session_id not in self._to_suspend:
+            return False
+        self._to_suspend.discard(s.session_id)
+        ws = self.working_set
+        if ws.sessions.pop(s.session_id, None) is not None:
+            ws.blocks -= footprint_blocks(s, ctx)
+        self.suspended += 1
+        return True
 
     def stats(self) -> dict:
         p = self.pressure
         return {"window": self.window, "limit": self.limit, "cpu_cap": self.cpu_cap,
-                "kv_cap": self.kv_cap, "cpu_overloaded": p.cpu_overloaded,
-                "kv_overloaded": p.kv_overloaded, "kv_usage": p.kv_usage,
-                "budget_blocks": p.budget_blocks, "mode": self.balancer.mode,
-                "long_in_flight": len(self.balancer.long_sessions),
+                "kv_window_blocks": None if self.kv_window == math.inf else self.kv_window,
+                "working_set_blocks": self.working_set.blocks,
+                "cpu_overloaded": p.cpu_overloaded, "kv_overloaded": p.kv_overloaded,
+                "kv_usage": p.kv_usage, "budget_blocks": p.budget_blocks,
+                "mode": self.balancer.mode, "long_in_flight": len(self.balancer.long_sessions),
+                "suspended": self.suspended, "idle_admits": self.idle_admits,
                 "arrival_rate": self.balancer.arrival_rate()}

@@ -60,3 +60,9 @@ class PolicyContext:
     #: Requests that got service in the last step (set by `Policy.on_step`); Continuum drops a
     #: pin instead of preempting only when at most one request runs.
     running_requests: int = 0
+    #: Preemptions so far (admission reads them as a KV overload signal).
+    preemptions: int = 0
+    #: EMA of how many tokens a session's context grows from one call to the next (measured
+    #: from arrivals: the new prompt minus the last call's prompt + output; condensation
+    #: counts as 0); admission predicts each session's next footprint with it.
+    turn_growth_tokens: float = 0.0

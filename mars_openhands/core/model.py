@@ -20,6 +20,8 @@ class Request:
     arrival_s: float
     prompt_tokens: int
     turn_index: int = 0
+    #: The caller named no session: the call is a session of its own, ended when it finishes.
+    sessionless: bool = False
     # engine-owned state
     computed_tokens: int = 0      # prompt tokens in KV (prefix hits included); 0 after preemption
     cached_tokens: int = 0        # prefix-cache hit the engine expects for it (known before admission)
@@ -64,6 +66,7 @@ class Session:
     session_id: str
     first_arrival_s: float
     first_prompt_tokens: int = 0   # estimated first prefill (known once the first call arrived)
+    prompt_tokens: int = 0         # prompt of its latest call
     turns: int = 0                 # calls submitted so far
     turns_finished: int = 0
     service_tokens: int = 0        # tokens consumed by finished calls (program-level attained service)

@@ -35,6 +35,10 @@ from mars_openhands.events import (CpuTelemetry, EngineTelemetry, Event, Session
 PREFILL_START_EMA = 0.2
 
 
+#: EMA weight of the per-turn context growth (as for the other EMAs of the information stream).
+GROWTH_EMA = 0.2
+
+
 @dataclass(slots=True)
 class FinishDecision:
     release: list[Pin] = field(default_factory=list)
@@ -71,11 +75,17 @@ class Policy:
         s = ctx.sessions.get(req.session_id)
         if s is None:
             s = ctx.sessions[req.session_id] = Session(req.session_id, now, req.prompt_tokens)
+        if s.turns_finished:
+            growth = max(0, req.prompt_tokens - s.context_tokens)
+            ctx.turn_growth_tokens += GROWTH_EMA * (growth - ctx.turn_growth_tokens)
         s.turns += 1
+        s.prompt_tokens = req.prompt_tokens
         s.in_tool = None
         self.ordering.on_arrival(req, ctx)
         if not s.admitted and self.admission is None:
             self._mark_admitted(s, now)
+        elif s.admitted and self.admission is not None and self.admission.hold(s, ctx):
+            self._withdraw(s)                      # paused: this call waits for re-admission
         elif s.admitted and not s.holds_slot:      # back after an idle release: count it again
             s.holds_slot = True
             ctx.admitted_active += 1
@@ -110,6 +120,14 @@ class Policy:
         """The admission window right now (telemetry); None without admission control."""
         return None if self.admission is None else self.admission.stats().get("window")
 
+    @property
+    def liveness_bound_s(self) -> float | None:
+        """Longest an engine may sit idle while calls are parked, if the control plane promises a
+        bound right now (None: no promise, e.g. ThunderAgent's 5 s resume ticks)."""
+        if self.admission is None:
+            return 0.0
+        return self.admission.liveness_bound_s(self.ctx)
+
     def session(self, session_id: str) -> Session | None:
         """The policy's view of a session (None once it ended or was forgotten)."""
         return self.ctx.sessions.get(session_id)
@@ -130,6 +148,13 @@ class Policy:
         for s in chosen:
             self._mark_admitted(s, now)
         return chosen
+
+    def _withdraw(self, s: Session) -> None:
+        """Un-admit a paused session: its window slot goes back, its next call is parked."""
+        s.admitted = False
+        if s.holds_slot:
+            s.holds_slot = False
+            self.ctx.admitted_active -= 1
 
     def _mark_admitted(self, s: Session, now: float) -> None:
         s.admitted, s.admitted_s, s.holds_slot = True, now, True
@@ -236,6 +261,7 @@ class Policy:
         self.ctx.now = now
         req.preemptions += 1
         req.preempted_s = now
+        self.ctx.preemptions += 1
         self.ordering.on_preempted(req, self.ctx)
 
     def on_step(self, scheduled: Sequence[tuple[Request, int]], waiting: Sequence[Request],
@@ -272,10 +298,19 @@ class Policy:
         s.context_tokens = req.context_tokens
         s.last_turn_finished_s = now
         self.ordering.on_finished(req, ctx)
+        if req.sessionless:
+            decision.release.extend(self._end_session(s))
+            return decision
         if not self.retention.release_on_resume:
             old = ctx.pins.pop(req.session_id)
             if old is not None:
                 decision.release.append(old)
+        if (self.admission is not None and s.admitted and s.turns == s.turns_finished
+                and self.admission.suspend(s, ctx)):
+            # Paused at its turn boundary: the next call waits outside; its KV is not kept for it.
+            self._withdraw(s)
+            decision.release.extend(p for p in [ctx.pins.pop(s.session_id)] if p is not None)
+            return decision
         if blocks > 0 and not s.ended and ctx.pins.get(s.session_id) is None:
             budget = self.max_pinned_fraction * ctx.kv.total_blocks - ctx.pins.total_blocks
             if blocks <= budget:
@@ -330,15 +365,24 @@ class Policy:
                 if isinstance(ev, ToolCancelled):
                     release.extend(p for p in [ctx.pins.pop(ev.session_id)] if p is not None)
             elif isinstance(ev, SessionEnded):
-                release.extend(p for p in [ctx.pins.pop(ev.session_id)] if p is not None)
                 if s is not None:
-                    self.retention.on_session_ended(s, ctx)
-                    if s.holds_slot:
-                        ctx.admitted_active -= 1
-                    s.ended = True
-                    del ctx.sessions[ev.session_id]
+                    release.extend(self._end_session(s))
+                else:
+                    release.extend(p for p in [ctx.pins.pop(ev.session_id)] if p is not None)
         self.retention.observe(ev, ctx)
         return release
+
+    def _end_session(self, s: Session) -> list[Pin]:
+        """Forget an ended session; its pin, if any, is returned for the engine to release."""
+        ctx = self.ctx
+        pin = ctx.pins.pop(s.session_id)
+        self.retention.on_session_ended(s, ctx)
+        if s.holds_slot:
+            s.holds_slot = False
+            ctx.admitted_active -= 1
+        s.ended = True
+        ctx.sessions.pop(s.session_id, None)
+        return [pin] if pin is not None else []
 
     def stats(self) -> dict:
         ctx = self.ctx

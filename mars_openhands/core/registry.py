@@ -137,7 +137,7 @@ def _thunderagent(shape: EngineShape, cfg: PolicyConfig) -> Policy:
 def _mars(name: str, *, priority: bool = True, admission: bool = True, retention: bool = True,
           chunk_shrink: bool = True) -> Callable[[EngineShape, PolicyConfig], Policy]:
     def build(shape: EngineShape, cfg: PolicyConfig) -> Policy:
-        aimd = cfg.aimd.sized(shape.tool_workers)
+        aimd = cfg.aimd
         if priority:
             window = cfg.mlfq.max_active if cfg.mlfq.max_active is not None else aimd.w_max
             mlfq = MlfqOrdering(dataclasses.replace(cfg.mlfq, max_active=window))

@@ -108,6 +108,20 @@ class Admission(ABC):
     def select(self, backlog: Sequence[Session], ctx: PolicyContext) -> list[Session]:
         """From the not-yet-admitted sessions (arrival order), those to admit now, in order."""
 
+    def liveness_bound_s(self, ctx: PolicyContext) -> float | None:
+        """Longest the engine may idle while sessions are parked, if this rule promises one now."""
+        return None
+
+    def hold(self, session: Session, ctx: PolicyContext) -> bool:
+        """A call of admitted `session` arrived: True to pause the session (the facade un-admits
+        it; this call and later ones are parked until `select` admits it again)."""
+        return False
+
+    def suspend(self, session: Session, ctx: PolicyContext) -> bool:
+        """`session`'s call finished and none is left in the engine: True to pause it there (as
+        `hold`, and its KV is not kept for it)."""
+        return False
+
     def stats(self) -> dict:
         """Window and pressure state for telemetry (`/mars/v1/stats`, simulator traces)."""
         return {}

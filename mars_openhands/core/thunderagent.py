@@ -126,8 +126,6 @@ class ProgramTable:
         p.reasoning = True
         if not s.admitted or req.session_id in self.queue:
             p.parked, p.waiting_since = True, ctx.now
-        if req.session_id in self.queue:
-            park(s, ctx)
 
     def on_call_finished(self, req: Request, ctx: PolicyContext) -> None:
         """The response: ACTING with prompt + output tokens; a marked program is paused now."""
@@ -153,16 +151,6 @@ class ProgramTable:
         if p.parked:
             p.parked = False
             self.released.append(p)
-
-
-def park(s: Session, ctx: PolicyContext) -> None:
-    """Have `Policy.on_request_arrival` park this admitted session's call until `select` admits
-    the session again. The facade has no hook for an admission rule to hold a later call, so the
-    rule withdraws the admission itself (and the window slot the facade counts)."""
-    s.admitted = False
-    if s.holds_slot:
-        s.holds_slot = False
-        ctx.admitted_active -= 1
 
 
 class ThunderAgentOrdering(FcfsOrdering):
@@ -231,6 +219,10 @@ class ThunderAgentAdmission(Admission):
                     p.marked = True
                     self.counters["marked"] += 1
             break
+
+    def hold(self, session: Session, ctx: PolicyContext) -> bool:
+        """A paused program's next call waits in the proxy's queue."""
+        return session.session_id in self.table.queue
 
     def select(self, backlog: Sequence[Session], ctx: PolicyContext) -> list[Session]:
         table, buf = self.table, self.config.buffer_per_program

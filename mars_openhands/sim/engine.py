@@ -120,9 +120,13 @@ class Engine:
         total = len(self.sessions)
         events, sched = self.events, self.scheduler
         idle_since = None
+        parked_idle_since: float | None = None
         while self.counters.done < total:
             if (sched.running or sched.waiting or self.backlog or sched.window) and self.step():
+                parked_idle_since = None
                 continue
+            if self.check:
+                parked_idle_since = self._check_liveness(parked_idle_since)
             if self.backlog and self._ticks and not self.now < self._wake_at < INF:
                 self._wake_at = max(self.policy.next_tick_s, self.now + 1e-9)
                 events.push(self._wake_at, WAKE)
@@ -332,6 +336,22 @@ class Engine:
         self._submit_turn(s)
 
     # ---- checks ---------------------------------------------------------------------------------
+
+    def _check_liveness(self, since: float | None) -> float | None:
+        """The engine is idle (nothing it could step): with sessions parked it may stay so no
+        longer than the policy's liveness bound. Returns when this idle spell began, if it did."""
+        sched = self.scheduler
+        if sched.running or sched.waiting or sched.window or not self.backlog:
+            return None
+        bound = self.policy.liveness_bound_s
+        if bound is None:
+            return None
+        if since is None:
+            return self.now
+        if self.now - since > bound + 1e-6:
+            raise SimulationError(f"liveness: engine idle for {self.now - since:.3f} s at t={self.now:.3f} "
+                                  f"with {len(self.backlog)} sessions parked (bound {bound} s)")
+        return since
 
     def check_invariants(self) -> None:
         self.scheduler.check_invariants()

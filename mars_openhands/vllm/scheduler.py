@@ -217,9 +217,11 @@ class MarsSchedulerMixin:
             super().add_request(request)
             return
         now = self.clock()
-        creq = CoreRequest(request.request_id, session_of(request), now,
+        sid = session_of(request)
+        creq = CoreRequest(request.request_id, sid, now,
                            request.num_prompt_tokens, turn_index=turn_index_of(request),
-                           cached_tokens=self._expected_hit(request))
+                           cached_tokens=self._expected_hit(request),
+                           sessionless=sid == request.request_id)
         self._creqs[request.request_id] = creq
         self.history.add(creq.session_id, now, "turn_submitted", request.request_id,
                          creq.turn_index, creq.prompt_tokens)

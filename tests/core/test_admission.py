@@ -19,6 +19,15 @@ def ctx_with(workers: int = 8, in_flight: int = 0, wait: float = 0.0, total: int
                          CpuState(workers, in_flight, wait))
 
 
+def bind(a: AimdAdmission, ctx: PolicyContext, n: int = 200, prompt: int = 16) -> None:
+    """Admit `n` small sessions into `a`'s working set, so that its session window binds."""
+    for i in range(n):
+        s = Session(f"bound{i}", 0.0, prompt, prompt_tokens=prompt, admitted=True, admitted_s=0.0,
+                    holds_slot=True)
+        ctx.sessions[s.session_id] = s
+        a.working_set.add(s, ctx)
+
+
 def test_window_decreases_by_0_7_under_cpu_overload_until_w_min():
     a, ctx = AimdAdmission(PREVIEW), ctx_with(workers=8, in_flight=16)      # backlog 2.0 -> overloaded
     windows = []
@@ -31,6 +40,7 @@ def test_window_decreases_by_0_7_under_cpu_overload_until_w_min():
 
 def test_cpu_overload_hysteresis_enter_2_leave_1_and_wait_thresholds():
     a, ctx = AimdAdmission(PREVIEW), ctx_with(workers=10, in_flight=19)     # 1.9: not yet
+    bind(a, ctx)
     a.tick(ctx)
     assert not a.pressure.cpu_overloaded and a.window == 30
     ctx.cpu.tools_in_flight = 20
@@ -52,6 +62,7 @@ def test_cpu_overload_hysteresis_enter_2_leave_1_and_wait_thresholds():
 
 def test_window_grows_by_one_only_when_cpu_healthy_kv_low_and_blocks_spare():
     a, ctx = AimdAdmission(AimdConfig(w_init=10, w_max=30)), ctx_with()
+    bind(a, ctx)
     a.tick(ctx)
     assert a.window == 11
     ctx.cpu.tools_in_flight = 12                                     # backlog 1.5: not healthy
@@ -64,11 +75,32 @@ def test_window_grows_by_one_only_when_cpu_healthy_kv_low_and_blocks_spare():
     ctx.kv.waiting_demand_blocks = 0
     for _ in range(40):
         a.tick(ctx)
-    assert a.window == 30                                            # capped at W_max
+    assert a.window == 30 and a.limit == 12                          # W_max; cpu_cap ceil(8 x 1.5)
+
+
+def test_window_grows_only_while_it_binds_and_has_no_cap_unless_configured():
+    a, ctx = AimdAdmission(AimdConfig()), ctx_with(workers=64)
+    assert a.window == 4 and a.config.w_max is None                  # starts at W_min
+    for _ in range(10):
+        a.tick(ctx)
+    assert a.window == 4                                             # nobody admitted: not binding
+    bind(a, ctx, n=50)
+    for _ in range(100):
+        a.tick(ctx)
+    assert a.window == 51                                            # one past the admitted count
+    assert a.limit == 51 and a.cpu_cap == 96                         # ceil(64 x 1.5)
+
+
+def test_cpu_cap_is_the_papers_midpoint_of_the_backlog_watermarks():
+    a = AimdAdmission(AimdConfig())
+    for workers, cap in ((4, 6), (3, 5), (2, 4), (64, 96)):      # never below W_min
+        a.tick(ctx_with(workers=workers))
+        assert a.cpu_cap == cap, workers
 
 
 def test_kv_overload_hysteresis_enter_0_9_leave_0_85():
     a, ctx = AimdAdmission(PREVIEW), ctx_with(free=1000)                    # usage 0.9
+    bind(a, ctx)
     a.tick(ctx)
     assert a.pressure.kv_overloaded and a.window == 21
     ctx.kv.free_blocks = 1400                                        # 0.86: still overloaded
@@ -82,16 +114,12 @@ def test_kv_overload_hysteresis_enter_0_9_leave_0_85():
     assert not a.pressure.kv_overloaded and a.window == 15           # no growth above 0.85
 
 
-def test_caps_cpu_from_workers_and_kv_linear_between_0_85_and_0_9():
-    a = AimdAdmission(PREVIEW)
-    a.tick(ctx_with(workers=4))
-    assert a.cpu_cap == 6 and a.limit == 6                           # ceil(4 x 1.5)
-    a.tick(ctx_with(workers=3))
-    assert a.cpu_cap == 5                                            # ceil(4.5)
-    for free, cap in ((1500, 30), (1250, 17), (1000, 4), (500, 4)):
-        a.tick(ctx_with(workers=64, free=free))
-        assert a.kv_cap == cap, (free, cap)
-    assert a.limit == min(a.window, a.cpu_cap, a.kv_cap)
+def test_pinned_blocks_count_as_free_for_the_overload_flags_and_the_budget():
+    a, ctx = AimdAdmission(PREVIEW), ctx_with(free=500)
+    ctx.kv.pinned_blocks = 4000                                      # 95 % used, 40 % of it pins
+    a.tick(ctx)
+    assert not a.pressure.kv_overloaded and a.pressure.kv_usage == pytest.approx(0.55)
+    assert a.pressure.budget_blocks == 500 + 4000 - 1000
 
 
 def test_parameters_are_constructor_arguments_and_validated():
@@ -104,21 +132,10 @@ def test_parameters_are_constructor_arguments_and_validated():
         AimdConfig(decrease=1.5)
 
 
-def test_unset_window_is_sized_from_the_tool_plane():
-    assert AimdConfig().sized(64) == AimdConfig(w_init=64, w_max=64)          # ceil(64 x 1.0)
-    assert AimdConfig().sized(2).w_max == 4                                    # never below W_min
-    assert AimdConfig(w_init=10).sized(64) == AimdConfig(w_init=10, w_max=64)
-    assert AimdConfig(w_max=8, w_init=8).sized(64).w_max == 8                  # explicit wins
-    with pytest.raises(ValueError, match="size the window"):
-        AimdAdmission(AimdConfig())
-    policy = build_policy("mars", EngineShape(1000, 16, 64))
-    assert policy.admission.config.w_max == 64 and policy.max_active == 64
-
-
 # ---- load balancer -------------------------------------------------------------------------
 
 def sessions(*sizes: int, start: float = 0.0) -> list[Session]:
-    return [Session(f"s{i}", start + i, n) for i, n in enumerate(sizes)]
+    return [Session(f"s{i}", start + i, n, prompt_tokens=n) for i, n in enumerate(sizes)]
 
 
 def ids(chosen) -> list[str]:
@@ -153,17 +170,12 @@ def test_every_admission_must_fit_the_kv_budget():
     assert ids(lb.select(backlog, 3, Pressure(budget_blocks=0), ctx)) == []
 
 
-def test_an_idle_engine_admits_the_head_even_if_it_exceeds_the_budget():
-    lb, ctx = LoadBalancer(), ctx_with()
-    assert ids(lb.select(sessions(200_000), 3, Pressure(budget_blocks=10), ctx)) == ["s0"]
-
-
 def test_long_sessions_wait_for_short_ones_kv_health_and_the_in_flight_cap():
     lb, ctx = LoadBalancer(), ctx_with(total=100_000, free=100_000)
     ok = Pressure(budget_blocks=90_000)
     ctx.now = 10.0
-    backlog = [Session("short", 9.9, 1000), Session("long1", 1.0, 60_000), Session("long2", 2.0, 60_000),
-               Session("long3", 3.0, 60_000)]
+    backlog = [Session("short", 9.9, 1000, prompt_tokens=1000), Session("long1", 1.0, 60_000, prompt_tokens=60_000), Session("long2", 2.0, 60_000, prompt_tokens=60_000),
+               Session("long3", 3.0, 60_000, prompt_tokens=60_000)]
     for s in backlog:
         ctx.sessions[s.session_id] = s
     # the short one waited only 0.1 s (< 0.2): long sessions may go, at most 2 in flight
@@ -179,7 +191,7 @@ def test_long_sessions_wait_for_short_ones_kv_health_and_the_in_flight_cap():
 def test_long_session_is_held_back_while_a_short_one_has_waited_long_enough():
     lb, ctx = LoadBalancer(), ctx_with(total=100_000, free=100_000)
     ctx.now = 10.0
-    backlog = [Session("long", 0.0, 60_000), Session("short", 4.0, 1000)]  # short waited 6 s
+    backlog = [Session("long", 0.0, 60_000, prompt_tokens=60_000), Session("short", 4.0, 1000, prompt_tokens=1000)]  # short waited 6 s
     assert lb.long_wait_threshold_s() == 5.0                     # no rate known: min(5, inf)
     assert ids(lb.select(backlog, 1, Pressure(budget_blocks=90_000), ctx)) == ["short"]
     assert ids(lb.select(backlog, 2, Pressure(budget_blocks=90_000), ctx)) == ["short"]
@@ -189,23 +201,130 @@ def test_long_session_is_held_back_while_a_short_one_has_waited_long_enough():
 
 # ---- through the Policy facade -------------------------------------------------------------
 
+def mars(total: int = 10_000, workers: int = 2, **overrides) -> "Policy":
+    cfg = PolicyConfig().with_overrides({f"aimd.{k}": v for k, v in overrides.items()})
+    return build_policy("mars", EngineShape(total_blocks=total, block_size=16, tool_workers=workers), cfg)
+
+
+def arrive(p, sid: str, k: int, prompt: int, now: float) -> tuple[Request, bool]:
+    req = Request(f"{sid}#{k}", sid, now, prompt, turn_index=k)
+    return req, p.on_request_arrival(req, now)
+
+
+def finish(p, req: Request, now: float, output: int = 100):
+    req.computed_tokens, req.output_tokens = req.prompt_tokens, output
+    return p.on_request_finished(req, 0, now)
+
+
 def test_policy_parks_sessions_and_admits_within_the_window_every_0_2_s():
-    preview = PolicyConfig().with_overrides({"aimd.w_max": 30, "aimd.w_init": 30})
-    p = build_policy("mars", EngineShape(total_blocks=10_000, block_size=16, tool_workers=2), preview)
+    p = mars(w_init=30, w_max=30)
     backlog = []
     for i in range(6):
-        req = Request(f"r{i}", f"s{i}", 0.0, 1000)
-        assert p.on_request_arrival(req, 0.0) is True            # parked until admitted
+        _, parked = arrive(p, f"s{i}", 0, 1000, 0.0)
+        assert parked                                             # parked until admitted
         backlog.append(p.ctx.sessions[f"s{i}"])
     chosen = p.admit(backlog, 0.0)
     assert len(chosen) == 4 and p.ctx.admitted_active == 4        # cpu_cap = max(W_min, ceil(2 x 1.5))
-    assert p.stats()["admission"]["limit"] == 4
     p.on_event(CpuTelemetry(0.1, tools_in_flight=8, tool_workers=2))
     p.on_event(EngineTelemetry(0.1, free_blocks=9000, total_blocks=10_000))
-    assert p.admit(backlog[3:], 0.1) == []                        # no tick before 0.2 s
+    assert p.admit([], 0.1) == []                                 # no tick before 0.2 s
     assert p.stats()["admission"]["cpu_overloaded"] is False
-    p.admit(backlog[3:], 0.2)
+    p.admit([], 0.2)
     st = p.stats()["admission"]
     assert st["cpu_overloaded"] is True and st["window"] == 21
     assert build_policy("mars-no-admission", EngineShape(100, 16, 2)).on_request_arrival(
         Request("x", "x", 0.0, 10), 0.0) is False
+
+
+def test_kv_window_admits_by_predicted_footprint_not_by_count():
+    # 1,000 blocks of 16 tokens: 900 resident. Sessions of 4,000 tokens need 250 blocks each.
+    p = mars(total=1000, w_init=50)
+    backlog = []
+    for i in range(6):
+        arrive(p, f"s{i}", 0, 4000, 0.0)
+        backlog.append(p.ctx.sessions[f"s{i}"])
+    chosen = p.admit(backlog, 0.0)
+    assert [s.session_id for s in chosen] == ["s0", "s1", "s2"]     # 3 x 250 <= 900 < 4 x 250
+    st = p.stats()["admission"]
+    assert st["kv_window_blocks"] == 900 and st["working_set_blocks"] == 750
+
+
+def test_kv_window_grows_as_the_admitted_sessions_leave_the_engine_for_tools():
+    p = mars(total=1000, w_init=50)
+    reqs = {}
+    for i in range(6):
+        reqs[f"s{i}"] = arrive(p, f"s{i}", 0, 4000, 0.0)[0]
+    backlog = [p.ctx.sessions[f"s{i}"] for i in range(6)]
+    p.admit(backlog, 0.0)
+    for sid in ("s0", "s1", "s2"):                                # all three go to a tool, unpinned
+        finish(p, reqs[sid], 1.0)
+    t = 1.0
+    while p.admit(backlog[3:], t) == [] and t < 60:
+        t += 0.2
+    assert t < 60 and p.stats()["admission"]["kv_window_blocks"] > 900
+
+
+def test_kv_window_suspends_the_youngest_at_their_turn_boundary_when_contexts_outgrow_it():
+    p = mars(total=1000, w_init=50)
+    reqs = {f"s{i}": arrive(p, f"s{i}", 0, 1600, float(i))[0] for i in range(4)}
+    p.admit([p.ctx.sessions[sid] for sid in reqs], 4.0)              # 4 x 100 blocks: all fit
+    assert p.ctx.admitted_active == 4
+    for i, sid in enumerate(reqs):                                    # contexts grow to 4,800 tokens
+        finish(p, reqs[sid], 5.0, output=3200)
+        reqs[sid], parked = arrive(p, sid, 1, 4800, 5.0)
+        assert not parked
+    p.admit([], 5.2)                                                  # tick: 4 x 300 > 900
+    for sid in reversed(list(reqs)):                                  # youngest first
+        finish(p, reqs[sid], 6.0)
+    assert p.stats()["admission"]["suspended"] == 1
+    assert not p.ctx.sessions["s3"].admitted and p.ctx.sessions["s0"].admitted
+    _, parked = arrive(p, "s3", 2, 5000, 7.0)
+    assert parked and p.ctx.admitted_active == 3                     # its next call waits outside
+
+
+def test_suspended_sessions_resume_before_new_ones():
+    lb, ctx = LoadBalancer(), ctx_with()
+    new = Session("new", 0.0, 100, prompt_tokens=100)
+    old = Session("old", 5.0, 100, prompt_tokens=9000, turns=3, turns_finished=2)
+    assert ids(lb.select([new, old], 1, Pressure(budget_blocks=9000), ctx)) == ["old"]
+
+
+def test_an_idle_engine_admits_the_head_within_one_control_period_whatever_the_windows():
+    p = mars(total=1000, w_init=4)
+    req, _ = arrive(p, "big", 0, 20_000, 0.0)                        # larger than the whole cache
+    s = p.ctx.sessions["big"]
+    assert p.admit([s], 0.0) == [s]                                   # fits no window; engine idle
+    assert p.stats()["admission"]["idle_admits"] == 1
+    # a second one waits while the first is in the engine
+    arrive(p, "next", 0, 20_000, 0.3)
+    s2 = p.ctx.sessions["next"]
+    assert p.admit([s2], 0.4) == [] and p.admit([s2], 0.6) == []
+    finish(p, req, 0.7)                                               # first one goes to a tool
+    assert p.admit([s2], 0.8) == [s2]
+
+
+def test_a_sessionless_call_gives_its_slot_back_when_it_finishes():
+    p = mars(w_init=4, w_max=4)
+    backlog, reqs = [], []
+    for i in range(8):
+        req = Request(f"r{i}", f"r{i}", 0.0, 100, sessionless=True)
+        assert p.on_request_arrival(req, 0.0)
+        reqs.append(req)
+        backlog.append(p.ctx.sessions[f"r{i}"])
+    assert len(p.admit(backlog, 0.0)) == 4
+    for req in reqs[:4]:
+        finish(p, req, 0.1)
+    assert p.ctx.admitted_active == 0 and "r0" not in p.ctx.sessions
+    assert len(p.admit(backlog[4:], 0.2)) == 4                        # at the next tick, not 30 s later
+
+
+def test_turn_growth_is_measured_from_arrivals_and_condensation_counts_as_zero():
+    p = mars()
+    req, _ = arrive(p, "s", 0, 1000, 0.0)
+    p.admit([p.ctx.sessions["s"]], 0.0)
+    finish(p, req, 1.0, output=200)                                   # context 1,200
+    req, _ = arrive(p, "s", 1, 2200, 2.0)                             # grew by 1,000
+    assert p.ctx.turn_growth_tokens == pytest.approx(200.0)           # EMA 0.2 from 0
+    finish(p, req, 3.0, output=0)
+    arrive(p, "s", 2, 500, 4.0)                                       # condensed
+    assert p.ctx.turn_growth_tokens == pytest.approx(160.0)

@@ -140,7 +140,7 @@ def test_mlfq_key_orders_level_then_least_recently_served_then_arrival():
 
 
 def test_mlfq_active_window_is_exposed_to_engines():
-    assert build_policy("mars", SHAPE).max_active == 4           # the admission window: ceil(4 x 1.0)
+    assert build_policy("mars", SHAPE).max_active is None        # no W_max: admission bounds it
     preview = PolicyConfig().with_overrides({"aimd.w_max": 30, "aimd.w_init": 30})
     assert build_policy("mars", SHAPE, preview).max_active == 30
     assert build_policy("fcfs", SHAPE).max_active is None

@@ -99,6 +99,8 @@ def test_silent_sessions_give_their_window_slot_back_and_are_not_parked_when_the
         req = Request(f"{s.session_id}-done", s.session_id, 0.0, 100)
         p.on_request_finished(req, 0, 1.0)
     p.on_event(ToolStarted("s0", 1.0, "terminal"))                # s0's tool is known to run
+    # tools queue (backlog 4.0): an engine with no call of the admitted is no liveness failure
+    p.on_event(CpuTelemetry(1.0, tools_in_flight=8, tool_workers=2))
     assert p.admit(backlog[4:], 10.0) == []                       # not yet idle long enough
     assert [s.session_id for s in p.admit(backlog[4:], 31.2)] == ["s4", "s5"]
     assert not p.ctx.sessions["s1"].holds_slot and p.ctx.sessions["s0"].holds_slot

@@ -292,3 +292,51 @@ def test_mars_admission_recovers_when_events_stop_arriving(model_dir, monkeypatc
             break
         h.step()
     assert len(h.finished) == 40
+
+
+def _virtual_clock(s, start: float = 1_000_000.0) -> list[float]:
+    now = [start]
+    s.clock, s.idle_nap_s = (lambda: now[0]), 0.0
+    return now
+
+
+def _finish_times(s, h: Harness, now: list[float], step_s: float, horizon_s: float) -> dict[str, float]:
+    """Step the engine on a virtual clock; when each request finished, relative to the start."""
+    start, done = now[0], {}
+    while now[0] - start < horizon_s and s.has_requests():
+        now[0] += step_s
+        h.step()
+        for rid in h.finished:
+            done.setdefault(rid, now[0] - start)
+    return done
+
+
+def test_sessionless_calls_never_hold_an_admission_slot_after_they_finish(model_dir, monkeypatch):
+    """Plain OpenAI clients (no session id) sharing a MARS engine: eight one-shot calls with a
+    window of 4 all finish within a few control periods, not the 30 s idle release."""
+    from mars_openhands.vllm.scheduler import MarsScheduler
+    monkeypatch.setenv("MARS_TOOL_WORKERS", "2")
+    s = make_scheduler(MarsScheduler, model_dir, num_blocks=200)
+    now, h = _virtual_clock(s), Harness(s)
+    for i in range(8):
+        s.add_request(make_request(f"r{i}", prompt(i, 50), max_tokens=2))
+    done = _finish_times(s, h, now, 0.02, 60.0)
+    assert len(done) == 8 and max(done.values()) < 2.0, done
+    assert s.mars.ctx.admitted_active == 0 and not s.mars.ctx.sessions
+
+
+def test_a_pinned_cache_does_not_keep_a_new_session_out_of_an_idle_engine(model_dir, monkeypatch):
+    """Pins are revocable: a session that finished a turn and pinned its prefix must not make the
+    next session's first call wait on an idle engine (it is admitted within a control period and
+    the pin is revoked if its blocks are needed)."""
+    from mars_openhands.vllm.scheduler import MarsScheduler
+    monkeypatch.setenv("MARS_TOOL_WORKERS", "2")
+    s = make_scheduler(MarsScheduler, model_dir, num_blocks=40)
+    now, h = _virtual_clock(s), Harness(s)
+    s.add_request(make_request("a0", prompt(1, 200), max_tokens=2, session="a"))   # 12 blocks
+    _finish_times(s, h, now, 0.02, 5.0)
+    s.apply_events([{"type": "tool_started", "session_id": "a", "t": now[0], "tool_name": "terminal"}])
+    assert s.mars.ctx.pins.get("a") is not None          # the first session's prefix is pinned
+    s.add_request(make_request("b0", prompt(2, 400), max_tokens=2, session="b"))   # 25 > 27 - 4 free
+    done = _finish_times(s, h, now, 0.02, 60.0)
+    assert "b0" in done and done["b0"] < 1.0, done
