@@ -18,8 +18,8 @@ policies compete on.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from mars_openhands.sim.profiles import Profile
 from mars_openhands.workload.trace import SessionTrace

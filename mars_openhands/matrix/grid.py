@@ -27,10 +27,11 @@ from __future__ import annotations
 
 import math
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from mars_openhands.sim.profiles import PROFILES
 from mars_openhands.workload.families import family_names

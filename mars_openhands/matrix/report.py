@@ -18,9 +18,10 @@ where anything queues, within 2 % where nothing does, and at least 1.5x the best
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 MARS = "mars"
 QUEUE_REFERENCE = "fcfs"    # the policy whose waits say whether the host queues
@@ -73,7 +74,7 @@ def regret(cell: Mapping[str, Any]) -> Regret:
     q = queues(cell)
     floor = 1.0 if q else 1.0 - IDLE_TOLERANCE
     holds = rm is not None and rp is not None and rm >= floor and rp >= floor
-    if cell.get("load") == OVERLOAD_LEVEL:
+    if rm is not None and cell.get("load") == OVERLOAD_LEVEL:
         holds = holds and rm >= OVERLOAD_TARGET
     return Regret(rm, rp, bm, bp, q, holds)
 
@@ -133,7 +134,7 @@ def monotonicity_violations(cells: Sequence[Mapping[str, Any]]) -> list[str]:
     out = []
     for axis, size, fixed in (("tool_workers", "tool_workers", ("kv",)),
                               ("kv", "kv_multiplier", ("tool_workers",))):
-        groups: dict[tuple, list[Mapping[str, Any]]] = {}
+        groups: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
         for c in cells:
             if c["policies"].get(MARS, {}).get("mean_e2e_s") is not None:
                 key = (c["family"], c["load"], c["sessions"], c["seed"], c["profile"]) + tuple(c[f] for f in fixed)
@@ -179,7 +180,7 @@ def heatmap(cells: Sequence[Mapping[str, Any]], path: str | Path) -> Path:
     fig, axes = plt.subplots(1, 2, figsize=(max(8, 2.2 + 1.1 * len(cols)) * 2 / 1.4, 1.2 + 0.45 * len(rows)),
                              squeeze=False)
     for k, (ax, (label, g)) in enumerate(zip(axes[0], grids.items())):
-        im = ax.imshow(np.ma.masked_invalid(g), cmap="RdYlGn", norm=norm, aspect="auto")
+        im = ax.imshow(g, cmap="RdYlGn", norm=norm, aspect="auto")
         ax.set_xticks(range(len(cols)), [f"{kv}\nw{w}" for _, kv, w in cols], fontsize=7)
         ax.set_yticks(range(len(rows)), [f"{f} / {ld}" for f, ld in rows] if k == 0 else [], fontsize=7)
         ax.set_facecolor("0.85")

@@ -16,9 +16,10 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 from mars_openhands.core.registry import policy_names
 from mars_openhands.events import Event, PrefillStarted, ToolFinished, TurnSubmitted
@@ -43,14 +44,13 @@ class _Waits:
         self.tool_s = 0.0
 
     def __call__(self, e: Event) -> None:
-        kind = type(e)
-        if kind is TurnSubmitted:
+        if isinstance(e, TurnSubmitted):
             self.submitted[e.request_id] = e.t
-        elif kind is PrefillStarted:
+        elif isinstance(e, PrefillStarted):
             t0 = self.submitted.pop(e.request_id, None)
             if t0 is not None:
                 self.engine_s += e.t - t0
-        elif kind is ToolFinished:
+        elif isinstance(e, ToolFinished):
             self.tool_s += e.queue_wait_s
 
 

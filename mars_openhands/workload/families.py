@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import dataclasses
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any
 
 from mars_openhands.workload.synthetic import SyntheticConfig, arrival_times, generate
 from mars_openhands.workload.trace import SessionTrace

@@ -2,7 +2,7 @@
 recorded trace against real agent runs)."""
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -11,7 +11,7 @@ from mars_openhands.workload.trace import SessionTrace
 _TEST_MARKERS = ("pytest", "tox", "unittest", "manage.py test")
 
 
-def _q(xs: Sequence[float], *ps: float) -> list[float]:
+def _q(xs: Sequence[float] | np.ndarray, *ps: float) -> list[float]:
     return [float(v) for v in np.percentile(np.asarray(xs, dtype=float), ps)]
 
 

@@ -78,6 +78,7 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass
+from typing import Any
 
 from mars_openhands.workload.trace import SessionTrace, ToolCall, Turn
 
@@ -169,7 +170,8 @@ class SyntheticConfig:
         checks = [("n_sessions", self.n_sessions >= 1), ("rate", self.rate > 0),
                   ("burst_size", self.burst_size >= 1), ("turns_scale", self.turns_scale > 0),
                   ("context_scale", self.context_scale > 0),
-                  ("max_context_tokens", self.max_context_tokens >= 4 * SYSTEM_PROMPT_TOKENS * min(1.0, self.context_scale)),
+                  ("max_context_tokens",
+                   self.max_context_tokens >= 4 * SYSTEM_PROMPT_TOKENS * min(1.0, self.context_scale)),
                   ("tool_time_scale", self.tool_time_scale > 0), ("slow_cap_s", self.slow_cap_s > 30),
                   ("tool_mix", len(self.tool_mix) == 3 and min(self.tool_mix) >= 0 and sum(self.tool_mix) > 0),
                   ("long_prompt_share", 0 <= self.long_prompt_share <= 1),
@@ -331,6 +333,6 @@ def generate(cfg: SyntheticConfig) -> list[SessionTrace]:
     return [_session(rng, krng, i, t, cfg, cfg.tool_mix, width) for i, t in enumerate(arrival_times(cfg))]
 
 
-def synthetic_sessions(n_sessions: int, **knobs) -> list[SessionTrace]:
+def synthetic_sessions(n_sessions: int, **knobs: Any) -> list[SessionTrace]:
     """Shorthand: `generate(SyntheticConfig(n_sessions, **knobs))`."""
     return generate(SyntheticConfig(n_sessions, **knobs))

@@ -55,8 +55,10 @@ def test_tiny_grid_writes_matrix_json_table_heatmap_and_names_the_worst_cell(tin
 def test_parallel_jobs_give_the_same_cells(tiny):
     args = ["--grid", str(tiny / "tiny.toml"), "--policies", "fcfs,mars"]
     assert run.main(args + ["--out", str(tiny / "a"), "--jobs", "2"]) == 0
-    strip = lambda p: [{k: v for k, v in c.items() if k != "wall_s"}
-                       for c in json.loads((p / "matrix.json").read_text())]
+
+    def strip(p):
+        return [{k: v for k, v in c.items() if k != "wall_s"} for c in json.loads((p / "matrix.json").read_text())]
+
     assert run.main(args + ["--out", str(tiny / "b")]) == 0
     assert strip(tiny / "a") == strip(tiny / "b")
 

@@ -6,8 +6,13 @@ import math
 import pytest
 
 from mars_openhands.workload.stats import trace_stats
-from mars_openhands.workload.synthetic import (SYSTEM_PROMPT_ID, SyntheticConfig, arrival_times,
-                                               generate, synthetic_sessions)
+from mars_openhands.workload.synthetic import (
+    SYSTEM_PROMPT_ID,
+    SyntheticConfig,
+    arrival_times,
+    generate,
+    synthetic_sessions,
+)
 from mars_openhands.workload.trace import read_trace, session_to_dict, write_trace
 
 

@@ -65,9 +65,14 @@ def test_heavy_cores_scale_multiplies_test_and_build_cores_only():
 
 def test_obs_and_output_scale_shrink_what_they_name():
     base, short = sessions(60), sessions(60, obs_scale=0.3, output_scale=0.5)
-    out = lambda ss: sum(t.output_tokens for s in ss for t in s.turns[1:])
-    grow = lambda ss: sum(b.input_tokens - a.input_tokens - a.output_tokens
-                          for s in ss for a, b in zip(s.turns, s.turns[1:]) if b.input_tokens > a.input_tokens)
+
+    def out(ss):
+        return sum(t.output_tokens for s in ss for t in s.turns[1:])
+
+    def grow(ss):
+        return sum(b.input_tokens - a.input_tokens - a.output_tokens
+                   for s in ss for a, b in zip(s.turns, s.turns[1:]) if b.input_tokens > a.input_tokens)
+
     assert 0.45 <= out(short) / out(base) <= 0.55
     assert grow(short) / grow(base) < 0.4
 
