@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar
 
 
 class EventError(ValueError):
@@ -153,6 +154,10 @@ class CpuTelemetry(Event):
         return self.tools_in_flight / max(1, self.tool_workers)
 
 
+#: The boundary events: each belongs to a session (`isinstance` narrows to them).
+SessionEvent = (TurnSubmitted | PrefillStarted | TurnFinished | ToolStarted | ToolFinished | ToolCancelled
+                | SessionEnded)
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.TYPE: cls
     for cls in (TurnSubmitted, PrefillStarted, TurnFinished, ToolStarted, ToolFinished,
@@ -167,7 +172,7 @@ _NON_NEGATIVE = {"t", "turn_index", "prompt_tokens", "output_tokens", "context_t
 _NON_EMPTY = {"session_id", "tool_name"}
 
 
-def _check_field(cls: type[Event], f: dataclasses.Field, value: Any) -> Any:
+def _check_field(cls: type[Event], f: dataclasses.Field[Any], value: Any) -> Any:
     where = f"{cls.TYPE}.{f.name}"
     ann = str(f.type)
     optional = "None" in ann
@@ -229,6 +234,6 @@ def parse_batch(body: Any) -> list[Event]:
 
 __all__ = [
     "Event", "EventError", "TurnSubmitted", "PrefillStarted", "TurnFinished", "ToolStarted",
-    "ToolFinished", "ToolCancelled", "SessionEnded", "EngineTelemetry", "CpuTelemetry",
+    "ToolFinished", "ToolCancelled", "SessionEnded", "SessionEvent", "EngineTelemetry", "CpuTelemetry",
     "EVENT_TYPES", "parse_event", "parse_batch",
 ]

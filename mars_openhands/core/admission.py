@@ -37,13 +37,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from mars_openhands.core.context import PolicyContext
 from mars_openhands.core.model import Session
-from mars_openhands.core.strategies import Admission
-
+from mars_openhands.core.strategies import Admission, Stats
 
 #: EMA weight of the engaged share per tick (0.2 s): a time constant of about 4 s, several LLM
 #: turns, so one burst of tool completions does not swing the window.
@@ -243,8 +242,9 @@ class AimdAdmission(Admission):
         self.config = config
         self.interval_s = config.interval_s
         self.balancer = balancer or LoadBalancer(config)
-        self.window = config.w_init if config.w_init is not None else config.w_min
-        self.cpu_cap = config.w_max if config.w_max is not None else math.inf
+        self.window: int = config.w_init if config.w_init is not None else config.w_min
+        #: The tool plane's bound on the window; None (unbounded) before the first tick without W_max.
+        self.cpu_cap: int | None = config.w_max
         self.kv_window: float = math.inf       # blocks; set from the cache at the first tick
         self.working_set = WorkingSet()
         self.pressure = Pressure()
@@ -258,7 +258,7 @@ class AimdAdmission(Admission):
 
     @property
     def limit(self) -> int:
-        return min(self.window, self.cpu_cap)
+        return self.window if self.cpu_cap is None else min(self.window, self.cpu_cap)
 
     def resident_blocks(self, ctx: PolicyContext) -> int:
         """Blocks the admitted working set may hold resident at once (the KV target)."""
@@ -365,7 +365,7 @@ class AimdAdmission(Admission):
         self.suspended += 1
         return True
 
-    def stats(self) -> dict:
+    def stats(self) -> Stats:
         p = self.pressure
         return {"window": self.window, "limit": self.limit, "cpu_cap": self.cpu_cap,
                 "kv_window_blocks": None if self.kv_window == math.inf else self.kv_window,

@@ -1,8 +1,8 @@
 """State shared by the strategies of one policy instance: clock, sessions, KV, CPU, pins."""
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Iterator
 
 from mars_openhands.core.model import CpuState, KVState, Pin, Session
 
@@ -40,7 +40,10 @@ class PinTable:
         return pin
 
     def pop_expired(self, now: float) -> list[Pin]:
-        return [self.pop(p.session_id) for p in list(self._pins.values()) if p.expires_s <= now]
+        expired = [p for p in self._pins.values() if p.expires_s <= now]
+        for p in expired:
+            self.pop(p.session_id)
+        return expired
 
 
 @dataclass

@@ -17,8 +17,8 @@ from __future__ import annotations
 import math
 from abc import abstractmethod
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 

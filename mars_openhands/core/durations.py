@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import math
 import re
-from itertools import accumulate
 from dataclasses import dataclass
+from itertools import accumulate
 
 from mars_openhands.events import Event, SessionEnded, ToolCancelled, ToolFinished, ToolStarted
 
@@ -96,6 +96,10 @@ def _lognormal_cdf(t: float, median: float, sigma: float) -> float:
     return 0.5 * (1.0 + math.erf(math.log(t / median) / (sigma * math.sqrt(2.0))))
 
 
+#: A histogram's key, most general first: ("*",), (class,), (tool, class), (tool, class, program).
+_Key = tuple[str, ...]
+
+
 class _Histogram:
     """Counts per log-spaced bin; bin i holds durations in (edge[i-1], edge[i]]."""
 
@@ -148,9 +152,9 @@ class DurationPredictor:
         self._bins = n_edges + 1
         sigma = math.log(c.prior_p90_s / c.prior_median_s) / 1.2815515655446004
         self._prior = [_lognormal_cdf(t, c.prior_median_s, sigma) for t in self.edges]
-        self._hists: dict[tuple, _Histogram] = {}
+        self._hists: dict[_Key, _Histogram] = {}
         self._hint_cache: dict[float, list[float]] = {}
-        self._keys: dict[tuple[str, str | None], tuple[tuple, ...]] = {}
+        self._keys: dict[tuple[str, str | None], tuple[_Key, ...]] = {}
 
     # ---- learning ----------------------------------------------------------------------------
 
@@ -160,7 +164,7 @@ class DurationPredictor:
         i = int(math.ceil((math.log10(seconds) - self._log_lo) * self.config.bins_per_decade - 1e-9))
         return min(i, self._bins - 1)
 
-    def keys(self, tool_name: str, command: str | None) -> tuple[tuple, ...]:
+    def keys(self, tool_name: str, command: str | None) -> tuple[_Key, ...]:
         """Keys from the most general to the most specific (memoised: a call is classified at
         its start, its repricing and its finish)."""
         keys = self._keys.get((tool_name, command))
@@ -246,7 +250,7 @@ class DurationPredictor:
             if f >= q:
                 if prev_t <= 0.0:
                     return t * q / f
-                return prev_t * (t / prev_t) ** ((q - prev_f) / (f - prev_f))
+                return prev_t * math.pow(t / prev_t, (q - prev_f) / (f - prev_f))
             prev_t, prev_f = t, f
         return edges[-1]
 

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from mars_openhands.core.context import PolicyContext
 from mars_openhands.core.model import Request
-from mars_openhands.core.strategies import Ordering
+from mars_openhands.core.strategies import Ordering, SortKey
 
 #: MARS / Autellix level boundaries (tokens) and per-level prefill quanta (docs/policies.md "MLFQ", "autellix").
 LEVEL_BOUNDS: tuple[int, int, int] = (2048, 8192, 32768)
@@ -29,7 +29,7 @@ def size_level(tokens: int, bounds: Sequence[int] = LEVEL_BOUNDS) -> int:
 class FcfsOrdering(Ordering):
     """vLLM's default: first come, first served per request; no prefill quantum."""
 
-    def key(self, req: Request, ctx: PolicyContext) -> tuple:
+    def key(self, req: Request, ctx: PolicyContext) -> SortKey:
         return (req.arrival_s,)
 
 
@@ -96,7 +96,7 @@ class MlfqOrdering(Ordering):
                 return 0
         return level
 
-    def key(self, req: Request, ctx: PolicyContext) -> tuple:
+    def key(self, req: Request, ctx: PolicyContext) -> SortKey:
         # effective_level inlined: this runs for every request every engine step
         if req.preempted_s >= 0.0:
             return (0, -math.inf, req.arrival_s)
@@ -199,7 +199,7 @@ class PlasOrdering(Ordering):
             req.quantum_left = self._quanta[0]
             req.wait_tokens, req.wait_mark = 0, self._scheduled
 
-    def key(self, req: Request, ctx: PolicyContext) -> tuple:
+    def key(self, req: Request, ctx: PolicyContext) -> SortKey:
         if req.level:
             self._maybe_promote(req, ctx)
         return (req.level, req.arrival_s)
@@ -244,7 +244,7 @@ class PlasOrdering(Ordering):
 class ProgramFcfsOrdering(Ordering):
     """Continuum: program-level FCFS (the session's first arrival), sessions holding a pin first."""
 
-    def key(self, req: Request, ctx: PolicyContext) -> tuple:
+    def key(self, req: Request, ctx: PolicyContext) -> SortKey:
         s = ctx.sessions.get(req.session_id)
         first = s.first_arrival_s if s is not None else req.arrival_s
         return (ctx.pins.get(req.session_id) is None, first, req.arrival_s)

@@ -22,14 +22,31 @@ in the same order, and never reach into its strategies or context, so a rule is 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
 from mars_openhands.core.context import PolicyContext
 from mars_openhands.core.model import Pin, PinOffer, Request, Session
-from mars_openhands.core.strategies import Admission, ChunkSizer, Ordering, Retention, VictimSelector
-from mars_openhands.events import (CpuTelemetry, EngineTelemetry, Event, SessionEnded, ToolCancelled,
-                                   ToolFinished, ToolStarted)
+from mars_openhands.core.strategies import (
+    Admission,
+    ChunkSizer,
+    Ordering,
+    Retention,
+    SortKey,
+    Stats,
+    StatValue,
+    VictimSelector,
+)
+from mars_openhands.events import (
+    CpuTelemetry,
+    EngineTelemetry,
+    Event,
+    SessionEnded,
+    SessionEvent,
+    ToolCancelled,
+    ToolFinished,
+    ToolStarted,
+)
 
 #: EMA weight of the prefill-start latency (queueing inside the engine) both engines measure.
 PREFILL_START_EMA = 0.2
@@ -116,9 +133,9 @@ class Policy:
         return self._next_tick
 
     @property
-    def admission_window(self) -> float | None:
+    def admission_window(self) -> int | None:
         """The admission window right now (telemetry); None without admission control."""
-        return None if self.admission is None else self.admission.stats().get("window")
+        return None if self.admission is None else self.admission.window
 
     @property
     def liveness_bound_s(self) -> float | None:
@@ -210,7 +227,7 @@ class Policy:
         self.ctx.now = now
         return self.ctx.pins.pop_expired(now)
 
-    def sort_key(self, now: float) -> Callable[[Request], tuple]:
+    def sort_key(self, now: float) -> Callable[[Request], SortKey]:
         """The order at `now` as a sort key (smaller first), for engines that keep a queue sorted
         and place a newcomer by its key instead of re-sorting; `order` uses it too."""
         self.ctx.now = now
@@ -345,7 +362,7 @@ class Policy:
             ctx.kv.update(ev)
         elif isinstance(ev, CpuTelemetry):
             ctx.cpu.update(ev)
-        else:
+        elif isinstance(ev, SessionEvent):
             s = ctx.sessions.get(ev.session_id)
             if isinstance(ev, ToolStarted):
                 ctx.cpu.tools_in_flight += 1
@@ -384,7 +401,7 @@ class Policy:
         ctx.sessions.pop(s.session_id, None)
         return [pin] if pin is not None else []
 
-    def stats(self) -> dict:
+    def stats(self) -> dict[str, StatValue | Stats]:
         ctx = self.ctx
         return {"policy": self.name, "admitted_sessions": ctx.admitted_active,
                 "known_sessions": len(ctx.sessions), "pinned_sessions": len(ctx.pins),

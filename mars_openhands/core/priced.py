@@ -114,7 +114,7 @@ class PricedRetention(Retention):
         hold, _, density = self.best_hold(session.in_tool, context_tokens, blocks, ctx)
         return PinOffer(hold, density) if hold > 0 else None
 
-    def reprice(self, pin: Pin, session: Session, ctx: PolicyContext) -> float | None:
+    def reprice(self, pin: Pin, session: Session, ctx: PolicyContext) -> float:
         """New expiry once the tool is known (tool-started hint) or the price moved."""
         tool = session.in_tool or self._tools.running(session.session_id)
         ref = tool.t if tool is not None else pin.pinned_s

@@ -28,22 +28,33 @@ admission and pause / resume of whole programs at call boundaries.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from mars_openhands.core.admission import AimdAdmission, AimdConfig
 from mars_openhands.core.chunking import HalvingShrink, NoShrink
 from mars_openhands.core.context import PolicyContext
 from mars_openhands.core.continuum import ContinuumConfig, DynamicTtlRetention, FixedTtlRetention
 from mars_openhands.core.model import CpuState, KVState
-from mars_openhands.core.ordering import (FcfsOrdering, MlfqConfig, MlfqOrdering, PlasConfig,
-                                          PlasOrdering, ProgramFcfsOrdering)
+from mars_openhands.core.ordering import (
+    FcfsOrdering,
+    MlfqConfig,
+    MlfqOrdering,
+    PlasConfig,
+    PlasOrdering,
+    ProgramFcfsOrdering,
+)
 from mars_openhands.core.policy import Policy
 from mars_openhands.core.priced import PricedConfig, PricedRetention
 from mars_openhands.core.retention import MinWasteConfig, MinWasteRetention, NoRetention
-from mars_openhands.core.strategies import Retention
-from mars_openhands.core.thunderagent import (ProgramTable, ThunderAgentAdmission, ThunderAgentConfig,
-                                              ThunderAgentOrdering)
+from mars_openhands.core.strategies import Admission, ChunkSizer, Ordering, Retention, VictimSelector
+from mars_openhands.core.thunderagent import (
+    ProgramTable,
+    ThunderAgentAdmission,
+    ThunderAgentConfig,
+    ThunderAgentOrdering,
+)
 from mars_openhands.core.victim import ContinuumVictim, LevelBlocksArrivalVictim, NewestVictim
 
 
@@ -75,7 +86,7 @@ class PolicyConfig:
     #: Upper bound on pinned KV as a fraction of all blocks (the facade enforces it).
     max_pinned_fraction: float = 0.5
 
-    def with_overrides(self, overrides: Mapping[str, Any]) -> "PolicyConfig":
+    def with_overrides(self, overrides: Mapping[str, Any]) -> PolicyConfig:
         """A copy with dotted fields replaced, e.g. {"aimd.w_max": 8, "max_pinned_fraction": 0.3}."""
         top = {f.name: f for f in dataclasses.fields(self)}
         plain: dict[str, Any] = {}
@@ -98,8 +109,8 @@ def _context(shape: EngineShape) -> PolicyContext:
                          CpuState(shape.tool_workers))
 
 
-def _policy(name: str, shape: EngineShape, cfg: PolicyConfig, ordering, chunking, victim,
-            retention: Retention, admission) -> Policy:
+def _policy(name: str, shape: EngineShape, cfg: PolicyConfig, ordering: Ordering, chunking: ChunkSizer,
+            victim: VictimSelector, retention: Retention, admission: Admission | None) -> Policy:
     return Policy(name, ordering, chunking, victim, retention, admission, _context(shape),
                   max_pinned_fraction=cfg.max_pinned_fraction)
 
@@ -138,6 +149,8 @@ def _mars(name: str, *, priority: bool = True, admission: bool = True, retention
           chunk_shrink: bool = True) -> Callable[[EngineShape, PolicyConfig], Policy]:
     def build(shape: EngineShape, cfg: PolicyConfig) -> Policy:
         aimd = cfg.aimd
+        ordering: Ordering
+        victim: VictimSelector
         if priority:
             window = cfg.mlfq.max_active if cfg.mlfq.max_active is not None else aimd.w_max
             mlfq = MlfqOrdering(dataclasses.replace(cfg.mlfq, max_active=window))

@@ -7,13 +7,21 @@ Hooks default to no-ops so a strategy implements only what its rule needs.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from mars_openhands.core.model import Pin, PinOffer, Request, Session
 from mars_openhands.events import Event
 
 if TYPE_CHECKING:
     from mars_openhands.core.context import PolicyContext
+
+#: An ordering's sort key: smaller is served first (numbers and flags compared in turn).
+SortKey = tuple[float, ...]
+#: One telemetry value (`/mars/v1/stats`, simulator traces): a JSON scalar.
+StatValue = str | int | float | bool | None
+#: Telemetry of a strategy by name.
+Stats = dict[str, StatValue]
 
 
 class Ordering(ABC):
@@ -24,7 +32,7 @@ class Ordering(ABC):
     max_active: int | None = None
 
     @abstractmethod
-    def key(self, req: Request, ctx: PolicyContext) -> tuple:
+    def key(self, req: Request, ctx: PolicyContext) -> SortKey:
         """Sort key; smaller is served first. Used for running and waiting requests alike."""
 
     def prefill_quantum(self, req: Request, ctx: PolicyContext) -> int | None:
@@ -100,6 +108,8 @@ class Admission(ABC):
 
     #: Seconds between control-loop evaluations.
     interval_s: float = 0.2
+    #: Sessions the rule lets in at once right now (telemetry); None: the rule has no such window.
+    window: int | None = None
 
     def tick(self, ctx: PolicyContext) -> None:
         """Re-evaluate pressure and the window from ctx.kv / ctx.cpu."""
@@ -122,6 +132,6 @@ class Admission(ABC):
         `hold`, and its KV is not kept for it)."""
         return False
 
-    def stats(self) -> dict:
+    def stats(self) -> Stats:
         """Window and pressure state for telemetry (`/mars/v1/stats`, simulator traces)."""
         return {}

@@ -26,13 +26,13 @@ output size from the response (non-streaming, as its OpenHands integration runs)
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from mars_openhands.core.context import PolicyContext
 from mars_openhands.core.model import Request, Session
 from mars_openhands.core.ordering import FcfsOrdering
-from mars_openhands.core.strategies import Admission
+from mars_openhands.core.strategies import Admission, Stats
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,7 +192,9 @@ class ThunderAgentAdmission(Admission):
         if not table.queue:
             return
         remaining = table.remaining(ctx, decay=self.config.acting_token_decay)
-        waiting, new, idle = [], [], []
+        waiting: list[Program] = []
+        new: list[Program] = []
+        idle: list[Program] = []
         for p in sorted(table.queue.values(), key=lambda p: p.queued_tokens):
             (new if p.steps == 1 else waiting if p.reasoning else idle).append(p)
         # First fit in priority order (ThunderAgent's `remaining > 100` gate is implied: a
@@ -239,7 +241,7 @@ class ThunderAgentAdmission(Admission):
         table.released.clear()
         return chosen
 
-    def stats(self) -> dict:
+    def stats(self) -> Stats:
         registered = [p for p in self.table.programs.values() if p.registered]
         return {"window": None, "registered": len(registered), "queued": len(self.table.queue),
                 "marked": sum(p.marked for p in registered), "remaining_tokens": self._remaining,

@@ -1,7 +1,7 @@
 """Preemption victim selection."""
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from mars_openhands.core.context import PolicyContext
 from mars_openhands.core.model import Request
@@ -30,7 +30,7 @@ class LevelBlocksArrivalVictim(VictimSelector):
         self.level_of = level_of
         self.spare_decode = spare_decode
 
-    def rank(self, req: Request) -> tuple:
+    def rank(self, req: Request) -> tuple[int, int, float]:
         if self.spare_decode and not req.is_prefill:
             return (-1, req.kv_blocks, req.arrival_s)
         return (self.level_of(req), req.kv_blocks, req.arrival_s)
@@ -49,7 +49,7 @@ class ContinuumVictim(VictimSelector):
     def choose(self, candidates: Sequence[Request], ctx: PolicyContext) -> Request:
         sessions = ctx.sessions
 
-        def entered(r: Request) -> tuple:
+        def entered(r: Request) -> tuple[float, float]:
             s = sessions.get(r.session_id)
             return (s.first_arrival_s if s is not None else r.arrival_s, r.arrival_s)
         return max(candidates, key=entered)

@@ -9,7 +9,8 @@ call arrives (`enter`) and before each step (`refill`).
 from __future__ import annotations
 
 from collections import deque
-from typing import Callable, Generic, Iterator, TypeVar
+from collections.abc import Callable, Iterator
+from typing import Generic, TypeVar
 
 R = TypeVar("R")
 
