@@ -14,10 +14,10 @@ Every `interval_s` (0.2 s) `tick()` reads both planes and moves two limits:
 - the KV window K (ours, GPU plane, in blocks): the admitted sessions' predicted footprints
   (`footprint_blocks`: context so far plus the measured growth of one turn) must sum to at most
   K = resident / share, where resident = 0.9 x the cache (the paper's KV target) and share is an
-  EMA of the fraction of that footprint engaged in the engine (a call queued or running, or a
-  pin). Sessions share the cache in time: one in a tool holds no KV unless pinned, so with
-  share 1/3 three times the cache can be admitted; when calls queue in the engine, share rises
-  and K falls back towards what fits resident at once.
+  EMA of the fraction of that footprint engaged in the engine (a call queued or running).
+  Sessions share the cache in time: one in a tool needs no KV (a pin is revocable, so it is
+  priced, not reserved), so with share 1/3 three times the cache can be admitted; when calls
+  queue in the engine, share rises and K falls back towards what fits resident at once.
 
 When the working set outgrows K, the youngest admitted sessions are paused at their next turn
 boundary (`suspend`; their next call is parked and resumed before any new session), so a cache
@@ -309,8 +309,7 @@ class AimdAdmission(Admission):
 
     def _move_kv_window(self, ctx: PolicyContext) -> None:
         ws, resident = self.working_set, self.resident_blocks(ctx)
-        engaged = sum(footprint_blocks(s, ctx) for s in ws.sessions.values()
-                      if s.turns > s.turns_finished or ctx.pins.get(s.session_id) is not None)
+        engaged = sum(footprint_blocks(s, ctx) for s in ws.sessions.values() if s.turns > s.turns_finished)
         share = engaged / ws.blocks if ws.blocks else 1.0
         self.engaged_share += SHARE_EMA * (share - self.engaged_share)
         self.kv_window = resident / max(self.engaged_share, MIN_SHARE)
