@@ -11,11 +11,21 @@ import argparse
 import importlib
 import json
 import sys
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
-from mars_openhands.cli_args import (CliError, add_synthetic_args, add_workload_source, at_rate, float_list,
-                                     policy_list, positive, read_trace, synthetic_config)
+from mars_openhands.cli_args import (
+    CliError,
+    add_synthetic_args,
+    add_workload_source,
+    at_rate,
+    float_list,
+    policy_list,
+    positive,
+    read_trace,
+    synthetic_config,
+)
 
 if TYPE_CHECKING:
     from mars_openhands.results import RunResult
@@ -38,7 +48,8 @@ DISPATCH: dict[str, tuple[str, str, str]] = {
 }
 _ENVIRONMENTS = {
     "engine": "the engine environment .venv (`make setup-engine`, i.e. pip install -e '.[vllm]' on Python 3.11)",
-    "agent": "the agent environment .venv-agent (`make setup-agent`, i.e. pip install -e '.[openhands]' on Python 3.12)",
+    "agent": "the agent environment .venv-agent "
+             "(`make setup-agent`, i.e. pip install -e '.[openhands]' on Python 3.12)",
     "core": "the core environment .venv (`make setup-engine`)",
 }
 
@@ -68,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--out", type=Path, required=True, metavar="FILE", help="trace file to write")
     add_synthetic_args(gen)
 
-    for name, (module, env, text) in DISPATCH.items():
+    for name, (_module, env, text) in DISPATCH.items():
         sub.add_parser(name, help=f"{text} ({env} environment; `{PROG} {name} --help`)", add_help=False)
     return p
 
@@ -113,7 +124,7 @@ def _run_point(sessions: list[SessionTrace], trace_label: str, profile_name: str
             bar.set_postfix_str(name)
             base = i * len(sessions)
 
-            def progress(done: int, *_: int) -> None:
+            def progress(done: int, *_: int, base: int = base) -> None:
                 bar.update(base + min(done, len(sessions)) - bar.n)
 
             run = run_simulation(sessions, profile, name, tool_workers=args.tool_workers,
@@ -138,14 +149,21 @@ def simulate(args: argparse.Namespace) -> int:
     from mars_openhands.workload.synthetic import generate
 
     names = policy_list(args.policies)
-    if args.trace is not None:
-        base = read_trace(args.trace)
-        label = str(args.trace)
-        make = lambda r: at_rate(base, r) if r is not None else base
-    else:
-        label_of = lambda r: f"{synthetic_config(args, args.synthetic, r).source} n={args.synthetic}"
-        make = lambda r: generate(synthetic_config(args, args.synthetic, r))
-        label = label_of(args.rate or 0.2)
+    base = read_trace(args.trace) if args.trace is not None else None
+
+    def make(rate: float | None) -> list[SessionTrace]:
+        """The sessions at `rate`: the trace retimed (as recorded for None), or a synthetic set."""
+        if base is not None:
+            return at_rate(base, rate) if rate is not None else base
+        assert rate is not None
+        return generate(synthetic_config(args, args.synthetic, rate))
+
+    def label_of(rate: float) -> str:
+        if args.trace is not None:
+            return str(args.trace)
+        return f"{synthetic_config(args, args.synthetic, rate).source} n={args.synthetic}"
+
+    label = label_of(args.rate or 0.2)
     run_simulation, profiles = _load_simulator()
     if args.profile not in profiles:
         raise CliError(f"--profile: unknown profile {args.profile!r}; known: {', '.join(profiles)}")
@@ -160,7 +178,7 @@ def simulate(args: argparse.Namespace) -> int:
     points: list[Mapping[str, Any]] = []
     for rate in args.sweep_rates:
         sessions = make(rate)
-        point_label = label if args.trace is not None else label_of(rate)
+        point_label = label_of(rate)
         sub = _out_dir(out / f"rate-{rate:g}")
         s = _run_point(sessions, point_label, args.profile, profile, names, args, sub, run_simulation,
                        label=f" @ {rate:g}/s")

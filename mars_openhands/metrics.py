@@ -11,7 +11,8 @@ Goodput (MARS' definition): sessions per second of makespan that finished within
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -30,11 +31,11 @@ def summarize(run: RunResult, alpha: float = 3.0) -> dict[str, Any]:
     """The `summary.json` fields of one policy run (latencies of completed sessions only)."""
     if alpha <= 0:
         raise ValueError(f"alpha must be > 0, got {alpha}")
-    done = [s for s in run.sessions if s.finish_s is not None]
-    e2e = np.array([s.e2e_s for s in done], dtype=float)
-    slow = np.array([s.e2e_s / s.ideal_s for s in done if s.ideal_s > 0], dtype=float)
-    good = sum(1 for s in done if s.e2e_s <= alpha * s.ideal_s)
-    makespan = (max(s.finish_s for s in done) - min(s.arrival_s for s in run.sessions)) if done else None
+    done = [(s, s.finish_s) for s in run.sessions if s.finish_s is not None]    # (session, finish)
+    e2e = np.array([end - s.arrival_s for s, end in done], dtype=float)
+    slow = np.array([(end - s.arrival_s) / s.ideal_s for s, end in done if s.ideal_s > 0], dtype=float)
+    good = sum(1 for s, end in done if end - s.arrival_s <= alpha * s.ideal_s)
+    makespan = (max(end for _, end in done) - min(s.arrival_s for s in run.sessions)) if done else None
     rate = (lambda k: k / makespan) if makespan else (lambda k: None)
     p50, p95, p99 = np.percentile(e2e, [50, 95, 99]) if len(e2e) else (None, None, None)
     return {
@@ -119,8 +120,10 @@ def format_table(summaries: Mapping[str, Mapping[str, Any]], *, markdown: bool =
                                                                   for i in range(len(header))) + "|"]
         return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
     widths = [max(len(x) for x in col) for col in zip(header, *rows)]
-    fmt = lambda cells: "  ".join(c.ljust(w) if i == 0 else c.rjust(w)
-                                  for i, (c, w) in enumerate(zip(cells, widths)))
+
+    def fmt(cells: Sequence[str]) -> str:
+        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+
     return "\n".join([fmt(header), "  ".join("-" * w for w in widths)] + [fmt(r) for r in rows])
 
 

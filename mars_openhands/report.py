@@ -51,8 +51,8 @@ class SweRun:
     prefix_hit_tokens: int
     recomputed_tokens: int
     pins: int | None
+    result: RunResult
     windows: list[tuple[float, float | None]] = field(default_factory=list)
-    result: RunResult | None = None
 
     @property
     def label(self) -> str:
@@ -89,7 +89,8 @@ def recomputed(turns: list[dict[str, Any]], block_size: int) -> int:
     return total
 
 
-def _dig(stats: dict[str, Any], *keys: str) -> Any:
+def _dig(stats: Any, *keys: str) -> Any:
+    """stats[k1][k2]... of a JSON document; None where a level is missing or not an object."""
     for key in keys:
         if not isinstance(stats, dict):
             return None
@@ -139,7 +140,7 @@ def load_run(run_dir: Path, block_size: int = 128) -> SweRun:
     return SweRun(run_dir, policy, str(meta.get("harness", "?")), len(records),
                   sum(bool((r.get("report") or {}).get("resolved")) for r in records),
                   sum(bool(r.get("error")) for r in records), completion, makespan, hits, recomp,
-                  None if pins is None else int(pins), [(t[0], t[1]) for t in timeline], result)
+                  None if pins is None else int(pins), result, [(t[0], t[1]) for t in timeline])
 
 
 def _f(x: float | None, nd: int = 1) -> str:

@@ -72,7 +72,8 @@ def prepare(cls, running: int, waiting: int, steps: int, prompt: int, folder: Pa
         params = SamplingParams(max_tokens=10 * steps, ignore_eos=True)
         tokens = [(i * 31 + j) % 500 + 1 for j in range(prompt)]
         s.add_request(Request(f"r{i}", tokens, params, None, block_hasher=hasher, session_id=f"s{i}"))
-    while sum(1 for r in s.running if r.num_computed_tokens >= r.num_prompt_tokens) < min(running, len(s.running) or running):
+    while (sum(1 for r in s.running if r.num_computed_tokens >= r.num_prompt_tokens)
+           < min(running, len(s.running) or running)):
         step(s)                      # warm-up: prefill the running set
     return s
 
@@ -104,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     from vllm.v1.core.sched.scheduler import Scheduler
 
     from mars_openhands.vllm import scheduler as adapter
+    from mars_openhands.vllm.scheduler_path import scheduler_class_path
 
     def everything_admitted(s) -> None:
         """All R + W requests in vLLM's queues (no parking, no active window): the adapter
@@ -115,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         shape = (args.running, args.waiting, args.steps, args.prompt, Path(tmp))
         schedulers = {"stock": prepare(Scheduler, *shape)}
         for name in args.policies.split(","):
-            cls = getattr(adapter, adapter.scheduler_class_path(name).rsplit(".", 1)[1])
+            cls = getattr(adapter, scheduler_class_path(name).rsplit(".", 1)[1])
             schedulers[name] = prepare(cls, *shape, everything_admitted)
         times = measure_interleaved(schedulers, args.steps)
     results = {name: summary(t) for name, t in times.items()}

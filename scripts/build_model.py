@@ -15,9 +15,9 @@ import hashlib
 import json
 import sys
 import sysconfig
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 # Plain added tokens (not special): the hermes parser looks them up and they survive detokenizing.
@@ -44,6 +44,7 @@ SIZES: dict[str, ModelSize] = {
     "small": ModelSize(hidden=1024, layers=8, heads=16, kv_heads=8, intermediate=2048, vocab=8192),
 }
 
+# Jinja statements stay on one line each: a break inside one would change the rendered prompt.
 CHAT_TEMPLATE = r"""{%- macro text(c) -%}
 {%- if c is string -%}{{ c }}{%- elif c -%}{%- for p in c -%}{%- if p.type == 'text' -%}{{ p.text }}{%- endif -%}{%- endfor -%}{%- endif -%}
 {%- endmacro -%}
@@ -83,7 +84,7 @@ Return each call as <tool_call>{"name": <name>, "arguments": <args>}</tool_call>
 {%- endfor -%}
 {%- if add_generation_prompt -%}
 <|im_start|>assistant
-{% endif -%}"""
+{% endif -%}"""  # noqa: E501
 
 
 def corpus_files(limit_bytes: int) -> list[Path]:
@@ -139,16 +140,17 @@ def build(size: str, out: Path, seed: int, corpus_bytes: int) -> dict:
     tokenizer.save_pretrained(out)
 
     vocab = len(tokenizer)
-    eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
-    bos = tokenizer.convert_tokens_to_ids("<|endoftext|>")
+    eos, bos = (tokenizer.convert_tokens_to_ids(t) for t in ("<|im_end|>", "<|endoftext|>"))
+    assert isinstance(eos, int) and isinstance(bos, int), "one token maps to one id"
     config = LlamaConfig(
         vocab_size=vocab, hidden_size=spec.hidden, intermediate_size=spec.intermediate,
         num_hidden_layers=spec.layers, num_attention_heads=spec.heads,
         num_key_value_heads=spec.kv_heads, max_position_embeddings=spec.max_positions,
         tie_word_embeddings=True, bos_token_id=bos, eos_token_id=eos, pad_token_id=bos,
-        torch_dtype="bfloat16")
+        dtype="bfloat16")
     torch.manual_seed(seed)
-    model = LlamaForCausalLM(config).to(torch.bfloat16)
+    # transformers types `PreTrainedModel.to` through a wrapper that loses its signature
+    model = LlamaForCausalLM(config).to(torch.bfloat16)  # type: ignore[arg-type]
     model.save_pretrained(out, safe_serialization=True)
     GenerationConfig(bos_token_id=bos, eos_token_id=eos, pad_token_id=bos).save_pretrained(out)
 
