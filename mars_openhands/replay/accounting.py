@@ -33,7 +33,8 @@ def account(sessions: list[SessionTrace], records: list[SessionRecord], costs: E
     hits = expected = missed = 0
     complete = True
     for s, rec in zip(sessions, records):
-        prompt_done = first_done.get(s.system_prompt_id, float("inf")) if s.system_prompt_id is not None else float("inf")
+        prompt_done = (first_done.get(s.system_prompt_id, float("inf")) if s.system_prompt_id is not None
+                       else float("inf"))
         for tr in rec.turns:
             warm = costs.warm_hit(tr.shape)
             if tr.turn_index == 0 and prompt_done >= tr.submitted_s:

@@ -4,8 +4,9 @@ For every policy a fresh `mars-openhands serve` engine (same model, same flags) 
 trace is replayed by agent-like clients with a real host tool pool (`mars_openhands.replay`), and
 the engine is stopped with its whole process group. Before that, one more engine of the same kind is
 probed while idle (so no policy under test sees the probes) to fit its costs, which give each
-session's ideal latency (for slowdown and goodput) and a re-measured `cpu-small` simulator profile. Output, as `simulate` writes it but measured: DIR/summary.json,
-table.md, plots; plus per-turn records, calibration samples, the profile and server logs.
+session's ideal latency (for slowdown and goodput) and a re-measured `cpu-small` simulator profile.
+Output, as `simulate` writes it but measured: DIR/summary.json, table.md, plots; plus per-turn
+records, calibration samples, the profile and server logs.
 
     mars-openhands bench-engine --synthetic 16 --rate 0.5 --policies fcfs,mars --model models/small \\
         --kv-cache-memory-bytes 200000000 --token-scale 0.1 --out runs/engine [-- extra vLLM args]
@@ -18,14 +19,21 @@ import dataclasses
 import json
 import signal
 import sys
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Coroutine, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from mars_openhands.cli_args import (CliError, add_synthetic_args, add_workload_source, policy_list, positive,
-                                     workload)
-from mars_openhands.replay.bench_output import (EngineSetup, PolicyRun, comparison_table, profile_doc, run_result,
-                                                simulator_prediction, turn_rows)
+from mars_openhands.cli_args import CliError, add_synthetic_args, add_workload_source, policy_list, positive, workload
+from mars_openhands.replay.bench_output import (
+    EngineSetup,
+    PolicyRun,
+    comparison_table,
+    profile_doc,
+    run_result,
+    simulator_prediction,
+    turn_rows,
+)
 from mars_openhands.replay.calibrate import EngineCosts, ProbePlan, Samples, calibrate
 from mars_openhands.replay.client import ReplayConfig, Replayer
 from mars_openhands.replay.engine import CacheConfig, EngineClient
@@ -141,7 +149,8 @@ def make_plan(args: argparse.Namespace, vllm_extra: list[str]) -> BenchPlan:
     try:
         max_len = int(_flag_value(flags, "--max-model-len") or "")
     except ValueError:
-        raise BenchError(f"--max-model-len: expected an integer, got {_flag_value(flags, '--max-model-len')!r}") from None
+        raise BenchError("--max-model-len: expected an integer, "
+                         f"got {_flag_value(flags, '--max-model-len')!r}") from None
     if max_len < longest:
         raise BenchError(f"--max-model-len {max_len}: the longest turn needs {longest} tokens")
     return BenchPlan(names, sessions, label, space, shapes, flags, max_len)

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import httpx
 import numpy as np
@@ -82,7 +82,7 @@ class Samples:
     prefill: list[tuple[int, int, float]] = field(default_factory=list)      # (new, ctx, seconds)
     decode: list[tuple[int, int, float]] = field(default_factory=list)       # (batch, ctx_sum, s/step)
 
-    def extend(self, other: "Samples") -> None:
+    def extend(self, other: Samples) -> None:
         self.prefill += other.prefill
         self.decode += other.decode
 
@@ -121,7 +121,7 @@ class ProbePlan:
 
     @classmethod
     def cover(cls, block_size: int, max_new: int, max_ctx: int, max_output: int, max_len: int,
-              reps: int = 1) -> "ProbePlan":
+              reps: int = 1) -> ProbePlan:
         """Sizes up to the replay's largest (capped: the fit extrapolates, probes stay short), every
         probe within `max_len` (the engine's max model length)."""
         decode_len = max(4, min(32, max_output))

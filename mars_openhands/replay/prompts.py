@@ -33,14 +33,14 @@ class TokenSpace:
     ids: np.ndarray
 
     @classmethod
-    def from_vocab(cls, vocab_size: int, exclude: AbstractSet[int] = frozenset()) -> "TokenSpace":
+    def from_vocab(cls, vocab_size: int, exclude: AbstractSet[int] = frozenset()) -> TokenSpace:
         ids = np.array([i for i in range(vocab_size) if i not in exclude], dtype=np.int64)
         if len(ids) < 2:
             raise ModelDirError(f"vocab_size {vocab_size}: too few ordinary tokens to build prompts")
         return cls(ids)
 
     @classmethod
-    def from_model_dir(cls, model_dir: str | Path) -> "TokenSpace":
+    def from_model_dir(cls, model_dir: str | Path) -> TokenSpace:
         """Read `config.json` (vocab_size) and `tokenizer.json` (added tokens, excluded) if present."""
         d = Path(model_dir)
         cfg_path = d / "config.json"

@@ -130,7 +130,7 @@ class EngineServer:
         self._known.clear()
         self.proc = None
 
-    def __enter__(self) -> "EngineServer":
+    def __enter__(self) -> EngineServer:
         self.start()
         return self
 
