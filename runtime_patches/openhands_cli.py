@@ -1,8 +1,8 @@
 """Runtime patch of the stock `openhands` CLI (1.16.0): `openhands --config mars.toml`.
 
 The CLI has no config file and no `--config` flag. Applied by the import hook
-(`mars_openhands.openhands.importhook`, installed by `autopatch`) right after `openhands_cli.entrypoint` is imported (before the console script calls `main`), this
-patch:
+(`mars_openhands.openhands.importhook`, installed by `autopatch`) right after
+`openhands_cli.entrypoint` is imported (before the console script calls `main`), this patch:
 
 1. wraps the entry module's `create_main_parser` so the parser knows `--config PATH` (shown in
    `--help`, parsed like any other flag);
@@ -19,8 +19,9 @@ import argparse
 import functools
 import os
 import sys
+from collections.abc import Callable, MutableMapping
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any, Callable, MutableMapping
+from typing import Any
 
 from mars_openhands.openhands import importhook
 from mars_openhands.openhands.config import ConfigError, MarsConfig, load_config

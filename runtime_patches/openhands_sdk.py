@@ -28,9 +28,10 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+from collections.abc import Callable
 from importlib.metadata import version
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any
 
 from mars_openhands.openhands import importhook, instrument
 

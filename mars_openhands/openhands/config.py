@@ -29,9 +29,10 @@ from __future__ import annotations
 
 import os
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 DEFAULT_TOOLS = ("terminal", "file_editor", "task_tracker")
 

@@ -25,8 +25,9 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+from collections.abc import Callable, Sequence
 from types import ModuleType
-from typing import TYPE_CHECKING, Callable, Protocol, Sequence, cast
+from typing import TYPE_CHECKING, Protocol, cast
 
 if TYPE_CHECKING:  # not imported at start-up
     from importlib.abc import Loader

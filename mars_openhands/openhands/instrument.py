@@ -12,8 +12,9 @@ import itertools
 import logging
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from mars_openhands.events import SessionEnded, ToolCancelled, ToolFinished, ToolStarted
 from mars_openhands.openhands.config import EmitterConfig

@@ -16,8 +16,9 @@ import argparse
 import os
 import sys
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from mars_openhands.openhands.config import ConfigError, MarsConfig, load_config
 
