@@ -10,9 +10,10 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from evaluation.swebench.records import JSONDict
 from mars_openhands.openhands.config import MarsConfig

@@ -47,7 +47,7 @@ class EngineProcess:
         details = [] if "--enable-prompt-tokens-details" in self.extra_args else ["--enable-prompt-tokens-details"]
         return ["--host", "127.0.0.1", *details, *self.extra_args]
 
-    def start(self) -> "EngineProcess":
+    def start(self) -> EngineProcess:
         if not self.python.exists():
             raise EngineStartError(f"engine environment missing: {self.python} (run `make setup-engine`)")
         if not (self.model / "config.json").is_file():
@@ -72,7 +72,7 @@ class EngineProcess:
             self.server.stop(grace_s)
             self.server = None
 
-    def __enter__(self) -> "EngineProcess":
+    def __enter__(self) -> EngineProcess:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

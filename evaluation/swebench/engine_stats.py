@@ -36,7 +36,7 @@ class StatsSampler:
         self._client = httpx.Client(timeout=5.0, trust_env=False)
         self._thread = threading.Thread(target=self._run, name="engine-stats", daemon=True)
 
-    def start(self) -> "StatsSampler":
+    def start(self) -> StatsSampler:
         self._thread.start()
         return self
 

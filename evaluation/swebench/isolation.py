@@ -22,7 +22,7 @@ class TmuxScope:
         self.dir: Path | None = None
         self._old: str | None = None
 
-    def __enter__(self) -> "TmuxScope":
+    def __enter__(self) -> TmuxScope:
         self.dir = Path(tempfile.mkdtemp(prefix="mars-tmux-"))
         self._old = os.environ.get("TMUX_TMPDIR")
         os.environ["TMUX_TMPDIR"] = str(self.dir)

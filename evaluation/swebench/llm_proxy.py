@@ -71,7 +71,7 @@ class OracleProxy:
         self._server.server_close()
         self._client.close()
 
-    def __enter__(self) -> "OracleProxy":
+    def __enter__(self) -> OracleProxy:
         return self
 
     def __exit__(self, *exc: object) -> None:

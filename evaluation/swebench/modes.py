@@ -13,9 +13,10 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Literal, Protocol
+from typing import Literal, Protocol
 
 from evaluation.swebench import patches
 from evaluation.swebench.records import JSONDict, RecordError, SweInstance

@@ -17,10 +17,10 @@ from __future__ import annotations
 import json
 import re
 import shlex
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
-from typing import Mapping, Sequence
 
 from evaluation.swebench.patches import FilePatch, parse_patch
 from evaluation.swebench.records import JSONDict, SweInstance
@@ -29,7 +29,7 @@ ORACLE_LABEL = "oracle-harness"
 TEST_TIMEOUT_S = 120
 
 
-class StepKind(str, Enum):
+class StepKind(StrEnum):
     """What a scripted turn is for, in trajectory order; tests and tools select steps by it."""
 
     EXPLORE = "explore"          # look at the repository, search for the symbol

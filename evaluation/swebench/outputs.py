@@ -18,8 +18,9 @@ from __future__ import annotations
 import json
 import shutil
 import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
+from typing import Any, TypeVar
 
 from evaluation.swebench.records import JSONDict, Prediction, RecordError, RunRecord
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import ast
 import json
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Mapping, TypeVar
+from typing import Any, TypeVar
 
 #: A JSON object produced by another tool (OpenHands events and metrics, a grading report).
 JSONDict = dict[str, Any]

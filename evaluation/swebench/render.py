@@ -25,6 +25,7 @@ from evaluation.swebench.workspace import COMMIT_MESSAGE, IDENTITY, source_dir
 HEREDOC = "EOF_114329324912"
 PYTEST_VERSION = "8.3.5"
 
+# The pytest command stays one line, as swebench's own eval scripts have it.
 _EVAL_TEMPLATE = """#!/bin/bash
 set -uxo pipefail
 cd "${{SWEBENCH_TESTBED:-/testbed}}"
@@ -37,7 +38,7 @@ git apply -v - <<'{heredoc}'
 PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 PYTHONDONTWRITEBYTECODE=1 "${{SWEBENCH_PYTHON:-python}}" -m pytest -rA -p no:cacheprovider {test_files}
 : '>>>>> End Test Output'
 {checkout}
-"""
+"""  # noqa: E501
 
 _DOCKERFILE_TEMPLATE = """# The image for running {instance_id} under the Docker-based swebench harness.
 # Build context is the task repo root, which holds the sources:

@@ -31,8 +31,15 @@ from evaluation.swebench.driver import MODEL, ORACLE, Backend, Driver, DriverCon
 from evaluation.swebench.engine_proc import REPO, EngineProcess, EngineStartError
 from evaluation.swebench.oracle import ORACLE_LABEL
 from evaluation.swebench.records import SweInstance
-from mars_openhands.openhands.config import (AgentConfig, ConfigError, EmitterConfig, LLMConfig,
-                                             MarsConfig, WorkspaceConfig, load_config)
+from mars_openhands.openhands.config import (
+    AgentConfig,
+    ConfigError,
+    EmitterConfig,
+    LLMConfig,
+    MarsConfig,
+    WorkspaceConfig,
+    load_config,
+)
 
 OFFLINE_DATASETS = ("marsbench/SWE-bench_offline", "offline", "")
 DEFAULT_TOOLS = ("terminal", "file_editor")
@@ -60,7 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kv-cache-bytes", type=int, default=200_000_000,
                    help="KV cache of a started engine (vLLM --kv-cache-memory-bytes; default 200 MB)")
     p.add_argument("--engine-arg", action="append", default=[], metavar="ARG",
-                   help="extra argument for `mars-openhands serve` (repeatable), e.g. --engine-arg=--kv-cache-memory-bytes=64000000")
+                   help="extra argument for `mars-openhands serve` (repeatable), "
+                        "e.g. --engine-arg=--kv-cache-memory-bytes=64000000")
     p.add_argument("--output-dir", type=Path, help="run directory (default runs/swebench/<mode>-<policy>)")
     p.add_argument("--max-iterations", type=int, default=50)
     p.add_argument("--no-grade", action="store_true", help="skip grading (offline)")
@@ -156,14 +164,15 @@ def run(args: argparse.Namespace) -> int:
     try:
         cfg, harness = agent_config(args, base_cfg, engine_url)
         model_name = f"mars-openhands/{ORACLE_LABEL}" if harness == ORACLE else f"mars-openhands/{cfg.llm.model}"
-        metadata = {"mode": mode, "harness": harness, "policy": args.policy, "model": str(args.model) if harness == ORACLE
-                    else cfg.llm.model, "workers": args.workers, "engine_url": engine_url,
+        metadata = {"mode": mode, "harness": harness, "policy": args.policy,
+                    "model": str(args.model) if harness == ORACLE else cfg.llm.model,
+                    "workers": args.workers, "engine_url": engine_url,
                     "dataset": args.dataset or "marsbench/SWE-bench_offline", "split": args.split,
                     "started": time.time(), "note": ("ORACLE HARNESS: scripted trajectories applying the gold "
                                                      "patch; every LLM turn is a real engine request")
                     if harness == ORACLE else "real model"}
-        from runtime_patches import openhands_sdk
         from mars_openhands.openhands import instrument
+        from runtime_patches import openhands_sdk
 
         openhands_sdk.apply()
         _quiet_console()
