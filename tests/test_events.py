@@ -1,8 +1,19 @@
 """The unified event schema: round trips and errors that name the field."""
 import pytest
 
-from mars_openhands.events import (EVENT_TYPES, CpuTelemetry, EngineTelemetry, EventError, SessionEnded, ToolCancelled,
-                                   ToolFinished, ToolStarted, TurnSubmitted, parse_batch, parse_event)
+from mars_openhands.events import (
+    EVENT_TYPES,
+    CpuTelemetry,
+    EngineTelemetry,
+    EventError,
+    SessionEnded,
+    ToolCancelled,
+    ToolFinished,
+    ToolStarted,
+    TurnSubmitted,
+    parse_batch,
+    parse_event,
+)
 
 SAMPLES = [
     TurnSubmitted("s1", 1.0, turn_index=2, prompt_tokens=900, request_id="r"),
@@ -28,7 +39,8 @@ def test_every_type_has_a_sample():
     ({"type": "nope"}, "type"),
     ({"session_id": "s"}, "type"),
     ({"type": "tool_finished", "session_id": "s", "t": 1, "tool_name": "x"}, "tool_finished.duration_s"),
-    ({"type": "tool_finished", "session_id": "s", "t": 1, "tool_name": "x", "duration_s": -2}, "tool_finished.duration_s"),
+    ({"type": "tool_finished", "session_id": "s", "t": 1, "tool_name": "x", "duration_s": -2},
+     "tool_finished.duration_s"),
     ({"type": "tool_started", "session_id": "s", "t": 1, "tool_name": ""}, "tool_started.tool_name"),
     ({"type": "tool_started", "session_id": 5, "t": 1, "tool_name": "x"}, "tool_started.session_id"),
     ({"type": "turn_submitted", "session_id": "s", "t": "now"}, "turn_submitted.t"),

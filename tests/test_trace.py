@@ -3,8 +3,7 @@ import json
 
 import pytest
 
-from mars_openhands.workload.trace import (SessionTrace, ToolCall, TraceError, Turn, parse_trace, read_trace,
-                                           write_trace)
+from mars_openhands.workload.trace import SessionTrace, ToolCall, TraceError, Turn, parse_trace, read_trace, write_trace
 
 DOC_EXAMPLE = {
     "schema": "mars-trace/1", "session_id": "swe-0007", "arrival_s": 12.5,

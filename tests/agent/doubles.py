@@ -3,7 +3,8 @@
 - `EventsServer`: stands in for the engine's `POST /mars/v1/events`; every batch is validated with
   the ONE schema (`parse_batch`), so a malformed event fails the test; can fail the first N posts.
 - `ScriptedLLM`: an OpenAI-compatible `POST /v1/chat/completions` whose decisions come from a script
-  of tool calls (requests without tools, e.g. title generation, get a plain reply off-script). A tiny model cannot act as an agent, so the agent's *decisions* are scripted while
+  of tool calls (requests without tools, e.g. title generation, get a plain reply off-script). A
+  tiny model cannot act as an agent, so the agent's *decisions* are scripted while
   everything else is real: the OpenHands agent loop, litellm over HTTP, the tools executing real
   bash in the workspace. It records each request's headers, body and arrival time.
   With `upstream=` (a real engine's base URL) every agent step is first forwarded there - same
@@ -33,7 +34,7 @@ class _Server:
         self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         self.lock = threading.Lock()
 
-    def __enter__(self) -> "_Server":
+    def __enter__(self) -> _Server:
         self._thread.start()
         return self
 

@@ -59,7 +59,8 @@ def test_minimal_config_defaults(tmp_path):
 @pytest.mark.parametrize("edit, message", [
     (lambda t: t.replace('model = "openai/Qwen/Qwen3-0.6B"\n', ""), "[llm] model: required key missing"),
     (lambda t: t.replace('"http://127.0.0.1:8000/v1"', "8000"), "[llm] base_url: expected a string"),
-    (lambda t: t.replace('"http://127.0.0.1:8000/v1"', '"localhost:8000"'), "[llm] base_url: expected an http(s):// URL"),
+    (lambda t: t.replace('"http://127.0.0.1:8000/v1"', '"localhost:8000"'),
+     "[llm] base_url: expected an http(s):// URL"),
     (lambda t: t.replace("max_iterations = 7", 'max_iterations = "7"'), "[agent] max_iterations: expected an integer"),
     (lambda t: t.replace("max_iterations = 7", "max_iterations = 0"), "[agent] max_iterations: must be > 0"),
     (lambda t: t.replace('tools = ["terminal"]', 'tools = ["browser"]'), "[agent] tools: unknown tool 'browser'"),

@@ -13,8 +13,8 @@ import pytest
 from mars_openhands import cli
 from mars_openhands.core import registry
 from mars_openhands.results import RunResult, SessionResult
-from mars_openhands.workload.trace import read_trace, write_trace
 from mars_openhands.workload.synthetic import synthetic_sessions
+from mars_openhands.workload.trace import read_trace, write_trace
 
 FACTOR = {"fcfs": 4.0, "autellix": 3.0, "mars": 1.5, "mars-no-priority": 2.5}
 

@@ -3,12 +3,11 @@ from __future__ import annotations
 
 import pytest
 
-from mars_openhands.core import EngineShape, PolicyConfig, Request, Session, build_policy
+from mars_openhands.core import EngineShape, Policy, PolicyConfig, Request, Session, build_policy
 from mars_openhands.core.admission import AimdAdmission, AimdConfig, LoadBalancer, Pressure
 from mars_openhands.core.context import PolicyContext
 from mars_openhands.core.model import CpuState, KVState
 from mars_openhands.events import CpuTelemetry, EngineTelemetry
-
 
 PREVIEW = AimdConfig(w_init=30, w_max=30)     # the MARS preview's window
 
@@ -174,8 +173,8 @@ def test_long_sessions_wait_for_short_ones_kv_health_and_the_in_flight_cap():
     lb, ctx = LoadBalancer(), ctx_with(total=100_000, free=100_000)
     ok = Pressure(budget_blocks=90_000)
     ctx.now = 10.0
-    backlog = [Session("short", 9.9, 1000, prompt_tokens=1000), Session("long1", 1.0, 60_000, prompt_tokens=60_000), Session("long2", 2.0, 60_000, prompt_tokens=60_000),
-               Session("long3", 3.0, 60_000, prompt_tokens=60_000)]
+    backlog = [Session("short", 9.9, 1000, prompt_tokens=1000), Session("long1", 1.0, 60_000, prompt_tokens=60_000),
+               Session("long2", 2.0, 60_000, prompt_tokens=60_000), Session("long3", 3.0, 60_000, prompt_tokens=60_000)]
     for s in backlog:
         ctx.sessions[s.session_id] = s
     # the short one waited only 0.1 s (< 0.2): long sessions may go, at most 2 in flight
@@ -191,7 +190,8 @@ def test_long_sessions_wait_for_short_ones_kv_health_and_the_in_flight_cap():
 def test_long_session_is_held_back_while_a_short_one_has_waited_long_enough():
     lb, ctx = LoadBalancer(), ctx_with(total=100_000, free=100_000)
     ctx.now = 10.0
-    backlog = [Session("long", 0.0, 60_000, prompt_tokens=60_000), Session("short", 4.0, 1000, prompt_tokens=1000)]  # short waited 6 s
+    # the short one waited 6 s
+    backlog = [Session("long", 0.0, 60_000, prompt_tokens=60_000), Session("short", 4.0, 1000, prompt_tokens=1000)]
     assert lb.long_wait_threshold_s() == 5.0                     # no rate known: min(5, inf)
     assert ids(lb.select(backlog, 1, Pressure(budget_blocks=90_000), ctx)) == ["short"]
     assert ids(lb.select(backlog, 2, Pressure(budget_blocks=90_000), ctx)) == ["short"]
@@ -201,7 +201,7 @@ def test_long_session_is_held_back_while_a_short_one_has_waited_long_enough():
 
 # ---- through the Policy facade -------------------------------------------------------------
 
-def mars(total: int = 10_000, workers: int = 2, **overrides) -> "Policy":
+def mars(total: int = 10_000, workers: int = 2, **overrides) -> Policy:
     cfg = PolicyConfig().with_overrides({f"aimd.{k}": v for k, v in overrides.items()})
     return build_policy("mars", EngineShape(total_blocks=total, block_size=16, tool_workers=workers), cfg)
 
@@ -269,7 +269,7 @@ def test_kv_window_suspends_the_youngest_at_their_turn_boundary_when_contexts_ou
     reqs = {f"s{i}": arrive(p, f"s{i}", 0, 1600, float(i))[0] for i in range(4)}
     p.admit([p.ctx.sessions[sid] for sid in reqs], 4.0)              # 4 x 100 blocks: all fit
     assert p.ctx.admitted_active == 4
-    for i, sid in enumerate(reqs):                                    # contexts grow to 4,800 tokens
+    for sid in reqs:                                                  # contexts grow to 4,800 tokens
         finish(p, reqs[sid], 5.0, output=3200)
         reqs[sid], parked = arrive(p, sid, 1, 4800, 5.0)
         assert not parked

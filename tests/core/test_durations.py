@@ -5,8 +5,7 @@ import random
 
 import pytest
 
-from mars_openhands.core.durations import (DurationConfig, DurationPredictor, command_class,
-                                           program_of)
+from mars_openhands.core.durations import DurationConfig, DurationPredictor, command_class, program_of
 
 
 @pytest.mark.parametrize("tool,command,cls", [

@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mars_openhands.core import EngineShape, PinOffer, PolicyConfig, Request, build_policy
-from mars_openhands.core.ordering import (LEVEL_QUANTA, MlfqConfig, MlfqOrdering, PlasOrdering,
-                                          size_level)
+from mars_openhands.core.ordering import LEVEL_QUANTA, MlfqConfig, MlfqOrdering, PlasOrdering, size_level
 
 SHAPE = EngineShape(total_blocks=10_000, block_size=16, tool_workers=4)
 

@@ -3,8 +3,7 @@ import pytest
 
 from mars_openhands.core import EngineShape, PinOffer, Policy, Request, build_policy
 from mars_openhands.core.retention import NoRetention
-from mars_openhands.events import (CpuTelemetry, EngineTelemetry, SessionEnded, ToolCancelled, ToolFinished,
-                                   ToolStarted)
+from mars_openhands.events import CpuTelemetry, EngineTelemetry, SessionEnded, ToolCancelled, ToolFinished, ToolStarted
 
 
 class AlwaysPin(NoRetention):

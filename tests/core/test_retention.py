@@ -10,8 +10,7 @@ from mars_openhands.core import EngineShape, Request, build_policy
 from mars_openhands.core.continuum import ContinuumConfig, DynamicTtlRetention, FixedTtlRetention
 from mars_openhands.core.priced import PricedConfig, PricedRetention
 from mars_openhands.core.registry import PolicyConfig
-from mars_openhands.events import (EngineTelemetry, SessionEnded, ToolCancelled, ToolFinished,
-                                   ToolStarted)
+from mars_openhands.events import EngineTelemetry, SessionEnded, ToolCancelled, ToolFinished, ToolStarted
 
 SHAPE = EngineShape(total_blocks=10_000, block_size=16, tool_workers=4)
 
@@ -135,7 +134,7 @@ def test_continuum_dy_uses_2s_until_100_samples_then_the_argmax_of_p_times_base_
     r = DynamicTtlRetention()
     rng = random.Random(3)
     records = []
-    for i in range(100):
+    for _ in range(100):
         d = round(rng.lognormvariate(-0.5, 1.2), 3)
         records.append(d)
         r._learn("terminal", d)

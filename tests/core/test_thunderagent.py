@@ -31,7 +31,7 @@ class Driver:
         self.parked: dict[str, Request] = {}
         self.calls: dict[str, Request] = {}
 
-    def at(self, t: float) -> "Driver":
+    def at(self, t: float) -> Driver:
         self.now = t
         self._admit()
         return self

@@ -1,5 +1,4 @@
 import pytest
-
 from replay_fake_engine import FakeEngine, ServedFake
 
 

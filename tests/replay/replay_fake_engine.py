@@ -79,7 +79,8 @@ class FakeEngine:
             out = [(len(prompt) * 31 + j * 7 + prompt[-1]) % self.vocab for j in range(n)]
 
             async def stream():
-                yield f"data: {json.dumps({'choices': [{'index': 0, 'text': '', 'token_ids': [], 'prompt_token_ids': prompt}]})}\n\n"
+                first = {"choices": [{"index": 0, "text": "", "token_ids": [], "prompt_token_ids": prompt}]}
+                yield f"data: {json.dumps(first)}\n\n"
                 for tok in out:
                     await asyncio.sleep(self.token_delay_s)
                     yield f"data: {json.dumps({'choices': [{'index': 0, 'text': 'x', 'token_ids': [tok]}]})}\n\n"

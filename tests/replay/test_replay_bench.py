@@ -89,6 +89,7 @@ def test_interrupt_stops_engine_and_tools(fake_serve, model_dir, tmp_path, monke
 def test_sigterm_stops_the_replay_like_ctrl_c(fake_serve, model_dir, tmp_path, monkeypatch):
     import signal
     import threading
+
     from mars_openhands.replay import client
 
     async def long_tool(self, sessions):

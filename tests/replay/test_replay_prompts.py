@@ -3,8 +3,14 @@ import json
 
 import pytest
 
-from mars_openhands.replay.prompts import (ModelDirError, SessionPrompts, TokenSpace, plan_shapes, replayed_session,
-                                            scaled)
+from mars_openhands.replay.prompts import (
+    ModelDirError,
+    SessionPrompts,
+    TokenSpace,
+    plan_shapes,
+    replayed_session,
+    scaled,
+)
 from mars_openhands.workload.trace import SessionTrace, ToolCall, Turn
 
 SPACE = TokenSpace.from_vocab(300, exclude={0, 1, 2})

@@ -1,7 +1,7 @@
 """Small traces and test-double policies for the simulator tests."""
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from mars_openhands.core.chunking import NoShrink
 from mars_openhands.core.context import PolicyContext

@@ -1,7 +1,7 @@
 """Liveness: with sessions parked, the engine never idles longer than the control plane promises."""
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import pytest
 

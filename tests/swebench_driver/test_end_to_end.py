@@ -130,7 +130,8 @@ def test_ctrl_c_stops_everything_and_a_rerun_resumes(tmp_path, slow_engine):
     assert _ours(tmpdir) == []
 
 
-@pytest.mark.skipif(not (REPO / ".venv" / "bin" / "python").exists() or not (REPO / "models" / "tiny" / "config.json").is_file(),
+@pytest.mark.skipif(not (REPO / ".venv" / "bin" / "python").exists()
+                    or not (REPO / "models" / "tiny" / "config.json").is_file(),
                     reason="needs the engine environment and models/tiny (make setup-engine model)")
 def test_offline_run_on_the_real_engine(tmp_path):
     run_dir, tmpdir = tmp_path / "run", tmp_path / "tmp"

@@ -6,8 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from evaluation.swebench.patches import (extract_patch, ignore_build_droppings, parse_patch,
-                                         remove_binary_diffs, split_files)
+from evaluation.swebench.patches import (
+    extract_patch,
+    ignore_build_droppings,
+    parse_patch,
+    remove_binary_diffs,
+    split_files,
+)
 
 pytestmark = pytest.mark.agent
 
