@@ -9,7 +9,13 @@ Every `interval_s` (0.2 s) `tick()` reads both planes and moves two limits:
       KV overloaded:  enter usage >= 0.9; leave usage <= 0.85 (pinned blocks count as free)
       any overload                                                 -> W = max(W_min, floor(0.7 W))
       CPU healthy, usage <= 0.85, no preemption, spare blocks, W binds -> W = W + 1
-      limit = min(W, cpu_cap = ceil(workers x (1.0 + 2.0) / 2))
+      limit = min(W, cpu_cap = ceil(workers x (1.0 + 2.0) / 2 / tool share))
+
+  The paper's cpu_cap assumes every admitted session has a tool call in flight. We measure the
+  share instead: an EMA of the admitted sessions with no call in the engine (in a tool, or
+  between calls), so cpu_cap sessions still put (low + high) / 2 x workers tool calls in flight
+  on average. Sessions whose tools take milliseconds then do not cap the engine at 1.5 sessions
+  per tool worker; when tools queue, the share rises to 1 and cpu_cap is the paper's again.
 
 - the KV window K (ours, GPU plane, in blocks): the admitted sessions' predicted footprints
   (`footprint_blocks`: context so far plus the measured growth of one turn) must sum to at most
@@ -19,9 +25,11 @@ Every `interval_s` (0.2 s) `tick()` reads both planes and moves two limits:
   priced, not reserved), so with share 1/3 three times the cache can be admitted; when calls
   queue in the engine, share rises and K falls back towards what fits resident at once.
 
-When the working set outgrows K, the youngest admitted sessions are paused at their next turn
-boundary (`suspend`; their next call is parked and resumed before any new session), so a cache
-that the admitted contexts outgrew sheds sessions instead of thrashing.
+When the working set outgrows K, or the tool plane is overloaded with more sessions admitted
+than cpu_cap, the youngest admitted sessions are paused at their next turn boundary (`suspend`;
+their next call is parked and resumed before any new session), so a cache that the admitted
+contexts outgrew, or a tool plane the admitted sessions flood, sheds sessions instead of
+thrashing or queueing everyone behind everyone.
 
 `select()` admits backlog sessions while both limits allow, in the `LoadBalancer`'s order.
 Liveness: when, at a tick, no admitted session has a call in the engine and the tool plane is
@@ -29,7 +37,7 @@ not overloaded, the head of the backlog is admitted whatever the limits say, so 
 idles for more than one control period while work is parked. (With the tool plane overloaded,
 the idle engine is the bottleneck working: more sessions would only queue for tools.)
 
-Paper constants (MARS preview): the interval, W_min, 0.7 / +1, the watermarks, cpu_cap, 50k
+Paper constants (MARS preview): the interval, W_min, 0.7 / +1, the watermarks, cpu_cap's, 50k
 tokens / 2 long sessions. There is no W_max unless configured (the preview's 30; OpenHands runs
 8): W grows only while it binds, cpu_cap bounds the tool plane and K the KV cache.
 """
@@ -44,11 +52,12 @@ from mars_openhands.core.context import PolicyContext
 from mars_openhands.core.model import Session
 from mars_openhands.core.strategies import Admission, Stats
 
-#: EMA weight of the engaged share per tick (0.2 s): a time constant of about 4 s, several LLM
-#: turns, so one burst of tool completions does not swing the window.
+#: EMA weight of the engaged and tool shares per tick (0.2 s): a time constant of about 4 s,
+#: several LLM turns, so one burst of tool completions does not swing the limits.
 SHARE_EMA = 0.05
-#: Floor of the engaged share: K is at most 20 x what fits resident (sessions that spend 95 % of
-#: their time in tools; below that the estimate rests on too few engaged sessions).
+#: Floor of both shares: K is at most 20 x what fits resident and cpu_cap 20 x the paper's
+#: (sessions that spend 95 % of their time on one plane; below that the estimate rests on too
+#: few sessions on the other).
 MIN_SHARE = 0.05
 
 
@@ -112,16 +121,29 @@ class WorkingSet:
 
     sessions: dict[str, Session] = field(default_factory=dict)
     blocks: int = 0
+    #: As of the last `refresh`: footprint and count of the sessions with a call in the engine.
+    engaged_blocks: int = 0
+    in_engine: int = 0
 
     def add(self, s: Session, ctx: PolicyContext) -> None:
         self.sessions[s.session_id] = s
         self.blocks += footprint_blocks(s, ctx)
 
     def refresh(self, ctx: PolicyContext) -> None:
-        """Drop sessions that left the window (ended, idle-released, suspended); re-sum."""
-        self.sessions = {sid: s for sid, s in self.sessions.items()
-                         if s.holds_slot and not s.ended and ctx.sessions.get(sid) is s}
-        self.blocks = sum(footprint_blocks(s, ctx) for s in self.sessions.values())
+        """Drop sessions that left the window (ended, idle-released, suspended); re-sum, also
+        the part with a call in the engine (one pass: this runs at every tick)."""
+        kept: dict[str, Session] = {}
+        blocks = engaged_blocks = in_engine = 0
+        for sid, s in self.sessions.items():
+            if s.holds_slot and not s.ended and ctx.sessions.get(sid) is s:
+                kept[sid] = s
+                fp = footprint_blocks(s, ctx)
+                blocks += fp
+                if s.turns > s.turns_finished:
+                    engaged_blocks += fp
+                    in_engine += 1
+        self.sessions, self.blocks = kept, blocks
+        self.engaged_blocks, self.in_engine = engaged_blocks, in_engine
 
     def youngest_first(self) -> list[Session]:
         return sorted(self.sessions.values(), key=lambda s: (-(s.admitted_s or 0.0), -s.first_arrival_s))
@@ -255,6 +277,7 @@ class AimdAdmission(Admission):
         self._to_suspend: set[str] = set()
         self._engine_idle = False
         self.engaged_share = 1.0
+        self.tool_share = 1.0
 
     @property
     def limit(self) -> int:
@@ -292,8 +315,7 @@ class AimdAdmission(Admission):
         ws.refresh(ctx)
         # Liveness: nothing admitted is in the engine. With the tool plane overloaded that is the
         # bottleneck working, not idleness: more sessions would only queue for tools.
-        self._engine_idle = not p.cpu_overloaded and not any(
-            s.turns > s.turns_finished for s in ws.sessions.values())
+        self._engine_idle = not p.cpu_overloaded and ws.in_engine == 0
         healthy = p.cpu_healthy and usage <= cfg.kv_low and not preempted
         if p.cpu_overloaded or p.kv_overloaded:
             self.window = max(cfg.w_min, math.floor(cfg.decrease * self.window))
@@ -302,24 +324,31 @@ class AimdAdmission(Admission):
             if cfg.w_max is not None:
                 self.window = min(cfg.w_max, self.window)
         workers = max(1, ctx.cpu.tool_workers)
-        cpu_cap = max(cfg.w_min, math.ceil(workers * (cfg.cpu_backlog_low + cfg.cpu_backlog_high) / 2.0))
+        sessions = len(ws.sessions)
+        out_share = (sessions - ws.in_engine) / sessions if sessions else 1.0
+        self.tool_share += SHARE_EMA * (out_share - self.tool_share)
+        tools = workers * (cfg.cpu_backlog_low + cfg.cpu_backlog_high) / 2.0
+        # (rounded first: an EMA that converged to 1 must not ceil 12.0000001 to 13)
+        cpu_cap = max(cfg.w_min, math.ceil(round(tools / max(self.tool_share, MIN_SHARE), 6)))
         self.cpu_cap = cpu_cap if cfg.w_max is None else min(cpu_cap, cfg.w_max)
         if cfg.kv_window:
             self._move_kv_window(ctx)
 
     def _move_kv_window(self, ctx: PolicyContext) -> None:
         ws, resident = self.working_set, self.resident_blocks(ctx)
-        engaged = sum(footprint_blocks(s, ctx) for s in ws.sessions.values() if s.turns > s.turns_finished)
-        share = engaged / ws.blocks if ws.blocks else 1.0
+        share = ws.engaged_blocks / ws.blocks if ws.blocks else 1.0
         self.engaged_share += SHARE_EMA * (share - self.engaged_share)
         self.kv_window = resident / max(self.engaged_share, MIN_SHARE)
         excess = ws.blocks - self.kv_window
+        extra = len(ws.sessions) - self.cpu_cap if self.pressure.cpu_overloaded and self.cpu_cap else 0
         self._to_suspend = set()
-        for s in ws.youngest_first()[:-1]:          # never the oldest: one session always runs
-            if excess <= 0:
-                break
-            self._to_suspend.add(s.session_id)
-            excess -= footprint_blocks(s, ctx)
+        if excess > 0 or extra > 0:
+            for s in ws.youngest_first()[:-1]:          # never the oldest: one session always runs
+                if excess <= 0 and extra <= 0:
+                    break
+                self._to_suspend.add(s.session_id)
+                excess -= footprint_blocks(s, ctx)
+                extra -= 1
 
     def _mean_footprint(self, ctx: PolicyContext) -> float:
         ws = self.working_set

@@ -97,6 +97,22 @@ def test_cpu_cap_is_the_papers_midpoint_of_the_backlog_watermarks():
         assert a.cpu_cap == cap, workers
 
 
+def test_cpu_cap_scales_with_the_measured_share_of_sessions_out_of_the_engine():
+    a, ctx = AimdAdmission(AimdConfig()), ctx_with(workers=8)
+    bind(a, ctx, n=10)
+    for s in list(a.working_set.sessions.values())[:8]:
+        s.turns = 1                                               # 8 of 10 have a call in the engine
+    for _ in range(200):
+        a.tick(ctx)
+    assert a.tool_share == pytest.approx(0.2, abs=1e-3)
+    assert a.cpu_cap == 60                                        # ceil(8 x 1.5 / 0.2)
+    for s in a.working_set.sessions.values():
+        s.turns = 0                                               # all in tools again
+    for _ in range(400):
+        a.tick(ctx)
+    assert a.cpu_cap == 12                                        # the paper's cap
+
+
 def test_kv_overload_hysteresis_enter_0_9_leave_0_85():
     a, ctx = AimdAdmission(PREVIEW), ctx_with(free=1000)                    # usage 0.9
     bind(a, ctx)
@@ -328,3 +344,25 @@ def test_turn_growth_is_measured_from_arrivals_and_condensation_counts_as_zero()
     finish(p, req, 3.0, output=0)
     arrive(p, "s", 2, 500, 4.0)                                       # condensed
     assert p.ctx.turn_growth_tokens == pytest.approx(160.0)
+
+
+def test_an_overloaded_tool_plane_pauses_the_youngest_sessions_beyond_cpu_cap():
+    p = mars(total=100_000, workers=2, w_init=8)
+    adm = p.admission
+    adm.tool_share = 0.25                      # measured so far: sessions mostly in the engine
+    reqs = {f"s{i}": arrive(p, f"s{i}", 0, 160, float(i))[0] for i in range(6)}
+    p.admit([p.ctx.sessions[sid] for sid in reqs], 6.0)
+    assert p.ctx.admitted_active == 6 and adm.cpu_cap == 11      # ceil(2 x 1.5 / 0.2875)
+    for sid in reqs:                                              # all six go to their tools...
+        finish(p, reqs[sid], 6.1)
+    p.on_event(CpuTelemetry(6.1, tools_in_flight=6, tool_workers=2))   # ...which queue: backlog 3
+    t = 6.2
+    while adm.cpu_cap > 4:                                        # the share of sessions out of
+        p.admit([], t)                                            # the engine climbs to 1
+        t += 0.2
+    assert adm.stats()["suspended"] == 0                          # nobody at a boundary yet
+    reqs = {sid: arrive(p, sid, 1, 400, t)[0] for sid in reqs}
+    for sid in reqs:
+        finish(p, reqs[sid], t + 0.1)
+    assert adm.stats()["suspended"] == 2                          # 6 admitted, cpu_cap 4
+    assert [sid for sid in reqs if not p.ctx.sessions[sid].admitted] == ["s4", "s5"]   # youngest
