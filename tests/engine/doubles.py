@@ -5,8 +5,8 @@ extreme, easy-to-assert rules (a fixed key, a tiny quantum, always pin, a closed
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 from mars_openhands.core import PinOffer, Policy
 from mars_openhands.core.chunking import HalvingShrink, NoShrink

@@ -1,4 +1,5 @@
-"""Tier-i harness (import only after `pytest.importorskip("vllm")`): a real vLLM `Scheduler` + KV manager, fake requests and model outputs, no weights.
+"""Tier-i harness (import only after `pytest.importorskip("vllm")`): a real vLLM `Scheduler` + KV
+manager, fake requests and model outputs, no weights.
 
 `Harness.step()` runs `schedule()` and feeds back a `ModelRunnerOutput` that samples token 0 for
 every request that finished its prefill, which is all the engine loop does between the two calls.
@@ -6,22 +7,19 @@ every request that finished its prefill, which is all the engine loop does betwe
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch  # noqa: E402
 from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig  # noqa: E402
 from vllm.sampling_params import SamplingParams  # noqa: E402
 from vllm.utils.hashing import sha256_cbor  # noqa: E402
 from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash  # noqa: E402
 from vllm.v1.core.sched.output import SchedulerOutput  # noqa: E402
-from vllm.v1.kv_cache_interface import (FullAttentionSpec, KVCacheConfig,  # noqa: E402
-                                        KVCacheGroupSpec)
+from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec  # noqa: E402
 from vllm.v1.outputs import ModelRunnerOutput  # noqa: E402
 from vllm.v1.request import Request, RequestStatus  # noqa: E402
 from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
-
-import torch  # noqa: E402
 
 BLOCK = 16
 init_none_hash(sha256_cbor)
@@ -50,8 +48,9 @@ def make_scheduler(cls, model_dir: Path, num_blocks: int = 64, max_tokens_per_st
     cache_config = CacheConfig(block_size=BLOCK, enable_prefix_caching=prefix_caching)
     vllm_config = VllmConfig(model_config=model_config, scheduler_config=scheduler_config,
                              cache_config=cache_config)
-    kv = KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[], kv_cache_groups=[
-        KVCacheGroupSpec(["layer0"], FullAttentionSpec(block_size=BLOCK, num_kv_heads=1, head_size=8, dtype=torch.float32))])
+    spec = FullAttentionSpec(block_size=BLOCK, num_kv_heads=1, head_size=8, dtype=torch.float32)
+    kv = KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[],
+                       kv_cache_groups=[KVCacheGroupSpec(["layer0"], spec)])
     cache_config.num_gpu_blocks = num_blocks
     return cls(vllm_config=vllm_config, kv_cache_config=kv,
                structured_output_manager=StructuredOutputManager(vllm_config),

@@ -167,7 +167,8 @@ def test_malformed_event_batch_changes_nothing(model_dir):
     s.add_request(make_request("a1", prompt(1, 40), max_tokens=2, session="a"))
     h.run()
     with pytest.raises(EventError, match="tool_name"):
-        s.apply_events([ToolCancelled("a", 1.0, "terminal").to_dict(), {"type": "tool_started", "session_id": "a", "t": 1}])
+        s.apply_events([ToolCancelled("a", 1.0, "terminal").to_dict(),
+                        {"type": "tool_started", "session_id": "a", "t": 1}])
     assert s.mars.ctx.pins.get("a") is not None and s.mars_counters["events"] == 0
 
 

@@ -41,7 +41,8 @@ def test_scheduler_classes_are_written_out_one_pair_per_policy():
 def test_version_guard_refuses_untested_vllm_unless_overridden(monkeypatch):
     monkeypatch.setattr(version, "installed_vllm", lambda: ("vllm", "0.99.1"))
     monkeypatch.delenv(version.OVERRIDE_ENV, raising=False)
-    with pytest.raises(version.UntestedVllmError, match=r"vllm 0\.99\.1 is not a tested release.*vllm==0\.32\.0.*MARS_ALLOW_UNTESTED_VLLM=1"):
+    with pytest.raises(version.UntestedVllmError,
+                       match=r"vllm 0\.99\.1 is not a tested release.*vllm==0\.32\.0.*MARS_ALLOW_UNTESTED_VLLM=1"):
         version.check_vllm_version()
     monkeypatch.setenv(version.OVERRIDE_ENV, "1")
     assert version.check_vllm_version() == ("vllm", "0.99.1")
@@ -111,6 +112,7 @@ def _echo_app():
     from starlette.responses import JSONResponse
     from starlette.routing import Route
     from starlette.testclient import TestClient
+
     from mars_openhands.vllm.endpoints import SessionIdMiddleware
 
     async def echo(request):
@@ -136,6 +138,7 @@ def test_middleware_folds_client_session_carriers_into_x_session_id(headers, bod
 def test_metrics_flatten_numbers_and_expose_counters():
     pytest.importorskip("prometheus_client")
     from prometheus_client import CollectorRegistry, generate_latest
+
     from mars_openhands.vllm.metrics import MarsCollector, flatten
     assert dict(flatten({"a": 1, "b": {"c": True, "d": "x"}})) == {"mars_a": 1.0, "mars_b_c": 1.0}
     reg = CollectorRegistry()

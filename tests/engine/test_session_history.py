@@ -122,6 +122,7 @@ def test_stats_route_serves_one_session_history(model_dir):
     pytest.importorskip("fastapi")
     from fastapi import FastAPI
     from starlette.testclient import TestClient
+
     from mars_openhands.vllm.endpoints import MarsEndpoints
 
     s, h, _ = pinning_scheduler(model_dir)
