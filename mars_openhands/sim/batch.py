@@ -7,7 +7,7 @@ does, before the policy's `on_step`); sampled tokens appear when the step ends (
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 from mars_openhands.sim.entities import SimRequest
 from mars_openhands.sim.kv import INF, BlockPool
@@ -104,7 +104,10 @@ class DecodeRun:
             else:
                 j = math.ceil(delta / beta)
             j = max(1, j)
-            span = lambda k: k * base + e * (k * C0 + D * k * (k - 1) / 2.0)
+
+            def span(k: int) -> float:
+                return k * base + e * (k * C0 + D * k * (k - 1) / 2.0)
+
             while j > 1 and span(j - 1) >= delta:
                 j -= 1
             while span(j) < delta:
@@ -131,7 +134,10 @@ class DecodeRun:
         D = len(running)
         C0 = sum(r.c for r in running) + D
         base = p.a + p.weight_read_s(D) + p.d * D
-        span = lambda k: k * base + p.e * (k * C0 + D * k * (k - 1) / 2.0)
+
+        def span(k: int) -> float:
+            return k * base + p.e * (k * C0 + D * k * (k - 1) / 2.0)
+
         for r in running:
             need = -(-(r.c + m) // bs) - r.req.kv_blocks
             if need > 0:

@@ -27,15 +27,23 @@ while calls wait (`waiting.py`); for a static order (FCFS) the result equals sin
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
+from typing import cast
 
 from mars_openhands.core.model import Pin, Request
 from mars_openhands.core.policy import Policy
-from mars_openhands.events import (CpuTelemetry, Event, SessionEnded, ToolFinished, ToolStarted,
-                                   TurnFinished, TurnSubmitted)
+from mars_openhands.events import (
+    CpuTelemetry,
+    Event,
+    SessionEnded,
+    ToolFinished,
+    ToolStarted,
+    TurnFinished,
+    TurnSubmitted,
+)
 from mars_openhands.sim.batch import BatchRunner, DecodeRun
 from mars_openhands.sim.clock import ARRIVE, TOOL_DONE, WAKE, EventQueue
-from mars_openhands.sim.entities import SimRequest, SimSession
+from mars_openhands.sim.entities import EnginePin, SimRequest, SimSession
 from mars_openhands.sim.kv import INF, BlockPool
 from mars_openhands.sim.pins import PinKeeper
 from mars_openhands.sim.prefix import SessionCache
@@ -86,7 +94,7 @@ class Engine:
         self._backlog_core: list | None = None       # the policy's view of `backlog` (cached)
         self.ema_tool_wait = 0.0
         self._ticks = policy.admission_interval_s is not None
-        self._wake_at = INF
+        self._wake_at: float = INF
         self.sessions = [self._new_session(t) for t in sessions]
 
     def _new_session(self, trace: SessionTrace) -> SimSession:
@@ -166,9 +174,9 @@ class Engine:
             et, kind, obj = due
             self._advance(et)
             if kind == TOOL_DONE:
-                self._tool_done(obj)
+                self._tool_done(cast(ToolJob, obj))
             elif kind == ARRIVE:
-                self._submit_turn(obj)
+                self._submit_turn(cast(SimSession, obj))
             elif self._wake_at <= et:
                 self._wake_at = INF
         self._advance(t)
@@ -255,6 +263,7 @@ class Engine:
         for s in backlog:
             if s.sid in ids:
                 r, s.parked = s.parked, None
+                assert r is not None, "a session in the backlog holds its parked call"
                 self.scheduler.add(r, self.now)
             else:
                 keep.append(s)
@@ -277,7 +286,7 @@ class Engine:
         parked = pol.on_request_arrival(req, now)
         pin = pol.resume_pin(s.sid)
         if pin is not None:
-            r.resume_pin = pin.handle
+            r.resume_pin = cast(EnginePin, pin.handle)
         self._emit(TurnSubmitted(s.sid, now, k, turn.input_tokens, req.request_id))
         if parked:
             s.parked = r

@@ -83,15 +83,18 @@ class BlockPool:
                 e.hashless -= k
                 n -= k
             if n and e.cached:
+                chain = e.chain
+                if chain is None:
+                    raise KVError("cached blocks in the free queue without a prefix chain")
                 k = e.cached if e.cached < n else n
                 e.cached -= k
-                e.chain.top -= k
+                chain.top -= k
                 self.evicted += k
                 n -= k
                 if not e.cached:
-                    if e.chain.entries[0] is not e:
+                    if chain.entries[0] is not e:
                         raise KVError("eviction order broken: the queue head is not its chain's oldest entry")
-                    e.chain.entries.popleft()
+                    chain.entries.popleft()
                     e.chain = None
             if not e.hashless and not e.cached:
                 q.popleft()

@@ -6,7 +6,8 @@ it waits for the session's next call to finish its prefix lookup, and accounts f
 """
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
+from typing import cast
 
 from mars_openhands.core.model import Pin, PinOffer
 from mars_openhands.core.policy import Policy
@@ -51,7 +52,7 @@ class PinKeeper:
     def release_policy_pins(self, pins: Iterable[Pin], now: float) -> None:
         """Release the pins the policy let go of (their handles are ours)."""
         for p in pins:
-            self.release(p.handle, now)
+            self.release(cast(EnginePin, p.handle), now)
 
     def expire(self, now: float) -> None:
         if self.policy.pinned_sessions:
@@ -66,7 +67,7 @@ class PinKeeper:
         for pin in pol.revocation_order():
             p = pol.release_pin(pin.session_id)
             if p is not None:
-                self.release(p.handle, now)
+                self.release(cast(EnginePin, p.handle), now)
                 dropped = True
                 if self.pool.free >= need:
                     break

@@ -38,8 +38,8 @@ class SessionCache:
         limit = (req.prompt_tokens + req.output_tokens - 1) // self.bs
         S = s.sys_blocks
         hit = touched = hs = 0
-        if S:
-            ch = s.sys_chain
+        ch = s.sys_chain
+        if ch is not None:                 # the session has S > 0 system-prompt blocks
             hs = ch.hittable
             if hs > S:
                 hs = S
@@ -73,7 +73,7 @@ class SessionCache:
         hit, _, sys_hit, takes, stopped = plan
         holds = []
         S = s.sys_blocks
-        if S:
+        if s.sys_chain is not None:        # S > 0
             pool.acquire(s.sys_chain, sys_hit)
             holds.append([s.sys_chain, sys_hit])
         segs = s.segments

@@ -75,7 +75,7 @@ class Profile:
         per = self.a + self.weight_read_s(1) + self.d
         return steps * per + self.e * (steps * ctx0 + steps * (steps - 1) / 2)
 
-    def with_overrides(self, **changes) -> "Profile":
+    def with_overrides(self, **changes) -> Profile:
         return dataclasses.replace(self, **changes)
 
 
@@ -135,7 +135,7 @@ PROFILES: dict[str, Profile] = {
 }
 
 
-def get_profile(profile: "Profile | str") -> Profile:
+def get_profile(profile: Profile | str) -> Profile:
     """A profile by name (or the profile itself); a clear error naming the known ones."""
     if isinstance(profile, Profile):
         return profile

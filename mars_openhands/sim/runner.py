@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import gc
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from mars_openhands.core.registry import EngineShape, build_policy
 from mars_openhands.events import Event

@@ -13,8 +13,8 @@ who gets how many tokens and takes their blocks.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from mars_openhands.core.model import Request
 from mars_openhands.core.policy import PREFILL_START_EMA, Policy

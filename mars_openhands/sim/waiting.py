@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left, bisect_right
-from typing import Iterator
+from collections.abc import Iterator
 
 from mars_openhands.core.model import Request
 from mars_openhands.core.policy import Policy
