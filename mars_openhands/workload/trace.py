@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Literal, overload
 
 SCHEMA = "mars-trace/1"
 
@@ -70,6 +71,10 @@ def _num(obj: Mapping[str, Any], key: str, where: str, *, integer: bool, require
     return v
 
 
+@overload
+def _str(obj: Mapping[str, Any], key: str, where: str, *, required: Literal[True]) -> str: ...
+@overload
+def _str(obj: Mapping[str, Any], key: str, where: str, *, required: Literal[False]) -> str | None: ...
 def _str(obj: Mapping[str, Any], key: str, where: str, *, required: bool) -> str | None:
     v = obj.get(key)
     if v is None:
