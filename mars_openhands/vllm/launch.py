@@ -38,8 +38,12 @@ class _AliasedDistribution(Distribution):
         return self._real.locate_file(path)
 
 
+#: `find_distributions`' default query (importlib's own default: every distribution).
+_ANY_DISTRIBUTION = DistributionFinder.Context()
+
+
 class _VllmCpuAlias(DistributionFinder):
-    def find_distributions(self, context=DistributionFinder.Context()):
+    def find_distributions(self, context=_ANY_DISTRIBUTION):
         if context.name not in ("vllm",):
             return iter(())
         try:

@@ -7,7 +7,8 @@ gauges (`mars_<path>`), the adapter's event counters become counters (`mars_<nam
 from __future__ import annotations
 
 import threading
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
@@ -26,7 +27,7 @@ def flatten(stats: dict, prefix: str = "mars") -> Iterator[tuple[str, float]]:
 
 
 class MarsCollector(Collector):
-    _instance: "MarsCollector | None" = None
+    _instance: MarsCollector | None = None
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -34,7 +35,7 @@ class MarsCollector(Collector):
         self._stale = True
 
     @classmethod
-    def install(cls) -> "MarsCollector":
+    def install(cls) -> MarsCollector:
         """Register once in the registry vLLM's `/metrics` serves (idempotent per process)."""
         if cls._instance is None:
             from vllm.v1.metrics.prometheus import get_prometheus_registry

@@ -48,19 +48,19 @@ from __future__ import annotations
 import os
 import time
 from collections import Counter, OrderedDict, deque
-from typing import Any, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 from vllm.v1.core.kv_cache_utils import KVCacheBlock
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.output import SchedulerOutput
-from vllm.v1.core.sched.request_queue import SchedulingPolicy
+from vllm.v1.core.sched.request_queue import FCFSRequestQueue, SchedulingPolicy
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import Request, RequestStatus
 
 from mars_openhands.core import ActiveWindow, EngineShape, Pin, Policy, build_policy
 from mars_openhands.core import Request as CoreRequest
-from mars_openhands.events import (SessionEnded, ToolCancelled, ToolFinished, ToolStarted,
-                                   parse_event)
+from mars_openhands.events import Event, SessionEnded, ToolCancelled, ToolFinished, ToolStarted, parse_event
 from mars_openhands.vllm.scheduler_path import scheduler_class_path  # noqa: F401 (re-export)
 from mars_openhands.vllm.session import session_of, tool_hint_of, turn_index_of
 
@@ -174,7 +174,14 @@ class _CoreView(Sequence):
         return self._list()[i]
 
 
-class MarsSchedulerMixin:
+if TYPE_CHECKING:
+    # What the mixin extends, for the type checker: the attributes and methods it uses are vLLM's.
+    _SchedulerBase = Scheduler
+else:
+    _SchedulerBase = object
+
+
+class MarsSchedulerMixin(_SchedulerBase):
     """Policy-driven behaviour shared by the `Scheduler` and `AsyncScheduler` variants."""
 
     POLICY: str = ""
@@ -207,7 +214,7 @@ class MarsSchedulerMixin:
         self._exec_started = 0.0                           # perf_counter when a step was handed out
         self._exec_prefill = 0                             # prefill tokens of that step
         self._stock_allocate = self.kv_cache_manager.allocate_slots
-        self.kv_cache_manager.allocate_slots = self._allocate_slots
+        self.kv_cache_manager.allocate_slots = self._allocate_slots  # type: ignore[method-assign]  # the wrap
         self.running = _VictimList(self.running)
 
     # ---- arrivals, admission, aborts ----------------------------------------------------------
@@ -319,6 +326,7 @@ class MarsSchedulerMixin:
         self._fill_active()
         self._order(now)
         self._shrunk.clear()
+        assert isinstance(self.running, _VictimList)    # installed by _order
         self.running.chooser = self._choose_victim
         try:
             out = super().schedule(*args, **kwargs)
@@ -348,6 +356,7 @@ class MarsSchedulerMixin:
                                                               self.max_num_active_reqs):
             waiting = [creqs[r.request_id] for r in self.waiting]
             ordered = [requests[c.request_id] for c in self.mars.order(waiting, now)]
+            assert isinstance(self.waiting, FCFSRequestQueue)    # __init__ insists on FCFS
             self.waiting.clear()
             self.waiting.extend(ordered)
 
@@ -504,9 +513,9 @@ class MarsSchedulerMixin:
         for old in decision.release:
             self._unpin(old, "finish")
         if aborted:
-            old = self.mars.release_pin(c.session_id)
-            if old is not None:
-                self._unpin(old, "abort")
+            held = self.mars.release_pin(c.session_id)
+            if held is not None:
+                self._unpin(held, "abort")
         elif decision.pin is not None:
             self.kv_cache_manager.block_pool.touch(blocks)
             self.mars.record_pin(c.session_id, len(blocks), decision.pin, now, handle=blocks)
@@ -524,7 +533,7 @@ class MarsSchedulerMixin:
 
         `reason`: resume, ttl, revoked, finish, abort, reset, or the event type that released it.
         """
-        blocks = pin.handle
+        blocks = cast("list[KVCacheBlock] | None", pin.handle)    # what _free_blocks pinned
         if blocks is None:
             raise RuntimeError(f"pin of session {pin.session_id!r} released twice")
         pin.handle = None
@@ -558,17 +567,17 @@ class MarsSchedulerMixin:
         self.mars_counters["events"] += len(parsed)
         return len(parsed)
 
-    def _record_event(self, ev: Any, now: float) -> None:
+    def _record_event(self, ev: Event, now: float) -> None:
         """History entry of a session's boundary event (`event_t`: the sender's own timestamp)."""
-        add, sid = self.history.add, getattr(ev, "session_id", None)
+        add = self.history.add
         if isinstance(ev, ToolStarted):
-            add(sid, now, ev.TYPE, ev.tool_name, ev.command, ev.call_id, ev.t)
+            add(ev.session_id, now, ev.TYPE, ev.tool_name, ev.command, ev.call_id, ev.t)
         elif isinstance(ev, ToolFinished):
-            add(sid, now, ev.TYPE, ev.tool_name, ev.duration_s, ev.exit_status, ev.call_id, ev.t)
+            add(ev.session_id, now, ev.TYPE, ev.tool_name, ev.duration_s, ev.exit_status, ev.call_id, ev.t)
         elif isinstance(ev, ToolCancelled):
-            add(sid, now, ev.TYPE, ev.tool_name, ev.call_id, ev.t)
+            add(ev.session_id, now, ev.TYPE, ev.tool_name, ev.call_id, ev.t)
         elif isinstance(ev, SessionEnded):
-            add(sid, now, ev.TYPE, ev.reason, ev.t)
+            add(ev.session_id, now, ev.TYPE, ev.reason, ev.t)
 
     def session_history(self, session_id: str) -> dict | None:
         """The session's recorded happenings in order (see `SessionHistory.get`)."""

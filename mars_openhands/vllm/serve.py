@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         rc = 0
     finally:
-        for s, h in previous.items():
+        for s in previous:
             signal.signal(s, signal.SIG_IGN)
         stop_group(proc)
         for s, h in previous.items():

@@ -50,9 +50,10 @@ def tool_hint_of(request: Any, session_id: str, now: float) -> ToolStarted | Non
         return None
     command = extra.get("mars_tool_command")
     expected = extra.get("mars_tool_expected_s")
-    ok = isinstance(expected, (int, float)) and not isinstance(expected, bool) and 0 <= expected < float("inf")
+    if isinstance(expected, bool) or not isinstance(expected, (int, float)) or not 0 <= expected < float("inf"):
+        expected = None
     return ToolStarted(session_id, now, name, command=command if isinstance(command, str) else None,
-                       expected_duration_s=float(expected) if ok else None)
+                       expected_duration_s=None if expected is None else float(expected))
 
 
 def turn_index_of(request: Any) -> int:
