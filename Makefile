@@ -18,11 +18,12 @@ PY := $(VENV)/bin/python
 AGENT_PY := $(AGENT_VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: help setup setup-engine setup-agent test test-core test-agent test-slow bench-sim clean test-agent-latest
+.PHONY: help setup setup-engine setup-agent lint test test-core test-agent test-slow bench-sim clean test-agent-latest
 
 help:
 	@echo "make setup        build both environments from nothing (.venv on 3.11, .venv-agent on 3.12)"
-	@echo "make test         the default test run (the README's test command)"
+	@echo "make test         the default test run (the README's test command): lint, then the tests"
+	@echo "make lint         ruff and mypy (strict on the policy core; settings in pyproject.toml)"
 	@echo "make test-slow    the slow suites"
 	@echo "make bench-sim    simulator speed benchmark (1,000 sessions, one policy)"
 	@echo "make bench-matrix every policy on the workload x host matrix in the simulator (BENCH_MATRIX_ARGS=--quick: ~12 cells)"
@@ -81,7 +82,13 @@ models/%/.done: scripts/build_model.py | setup-engine
 bench-sched: setup-engine
 	$(PY) scripts/bench_scheduler.py --running 256 --waiting 1000 --steps 300 --policies fcfs,mars
 
-test: test-core test-agent
+test: lint test-core test-agent
+
+# Static checks of everything we write, from the engine env (agent-only libraries are not installed
+# there: mypy treats them as untyped, see ignore_missing_imports in pyproject.toml).
+lint: setup-engine
+	$(PY) -m ruff check .
+	$(PY) -m mypy
 
 test-core: setup-engine
 	$(PY) -m pytest -q -m "not slow and not agent" $(PYTEST_ARGS)
