@@ -18,7 +18,7 @@ Every `interval_s` (0.2 s) `tick()` reads both planes and moves two limits:
   per tool worker; when tools queue, the share rises to 1 and cpu_cap is the paper's again.
 
 - the KV window K (ours, GPU plane, in blocks): the admitted sessions' predicted footprints
-  (`footprint_blocks`: context so far plus the measured growth of one turn) must sum to at most
+  (`footprints`: context so far plus the measured growth of one turn) must sum to at most
   K = resident / share, where resident = 0.9 x the cache (the paper's KV target) and share is an
   EMA of the fraction of that footprint engaged in the engine (a call queued or running).
   Sessions share the cache in time: one in a tool needs no KV (a pin is revocable, so it is
@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from mars_openhands.core.context import PolicyContext
@@ -110,9 +110,15 @@ class Pressure:
     budget_blocks: int = 0        # free (or pinned) blocks above the 10 % reserve, minus queued demand
 
 
-def footprint_blocks(s: Session, ctx: PolicyContext) -> int:
-    """Blocks `s` is predicted to need at its next turn: its context so far plus a turn's growth."""
-    return ctx.kv.blocks_for(max(s.context_tokens, s.prompt_tokens) + round(ctx.turn_growth_tokens))
+def footprints(ctx: PolicyContext) -> Callable[[Session], int]:
+    """`footprint(s)`: the blocks `s` is predicted to need at its next turn, its context so far
+    plus one turn's measured growth (built once per pass: it runs for every admitted session at
+    every tick)."""
+    growth, block_size = round(ctx.turn_growth_tokens), ctx.kv.block_size
+
+    def footprint(s: Session) -> int:
+        return -(-(max(s.context_tokens, s.prompt_tokens) + growth) // block_size)
+    return footprint
 
 
 @dataclass
@@ -127,17 +133,18 @@ class WorkingSet:
 
     def add(self, s: Session, ctx: PolicyContext) -> None:
         self.sessions[s.session_id] = s
-        self.blocks += footprint_blocks(s, ctx)
+        self.blocks += footprints(ctx)(s)
 
     def refresh(self, ctx: PolicyContext) -> None:
         """Drop sessions that left the window (ended, idle-released, suspended); re-sum, also
         the part with a call in the engine (one pass: this runs at every tick)."""
         kept: dict[str, Session] = {}
+        footprint = footprints(ctx)
         blocks = engaged_blocks = in_engine = 0
         for sid, s in self.sessions.items():
             if s.holds_slot and not s.ended and ctx.sessions.get(sid) is s:
                 kept[sid] = s
-                fp = footprint_blocks(s, ctx)
+                fp = footprint(s)
                 blocks += fp
                 if s.turns > s.turns_finished:
                     engaged_blocks += fp
@@ -239,11 +246,12 @@ class LoadBalancer:
         if not pressure.kv_overloaded and short_waited < self.long_wait_threshold_s():
             long_room = max(0, cfg.max_long_inflight - self.long_in_flight(ctx))
         chosen: list[Session] = []
+        footprint = footprints(ctx)
         for s in candidates:
             if len(chosen) >= slots:
                 break
             long = self.is_long(s)
-            fp = footprint_blocks(s, ctx)
+            fp = footprint(s)
             if (long and long_room <= 0) or cost[s.session_id] > budget or fp > room_blocks:
                 continue
             chosen.append(s)
@@ -276,6 +284,8 @@ class AimdAdmission(Admission):
         self._preemptions_seen = 0
         self._to_suspend: set[str] = set()
         self._engine_idle = False
+        self._ticks = 0
+        self._fruitless: tuple[int, int, int, int, int, float, int] | None = None   # see `select`
         self.engaged_share = 1.0
         self.tool_share = 1.0
 
@@ -294,6 +304,7 @@ class AimdAdmission(Admission):
         return kv.free_blocks + kv.pinned_blocks - reserve - kv.waiting_demand_blocks
 
     def tick(self, ctx: PolicyContext) -> None:
+        self._ticks += 1
         cfg, p, ws = self.config, self.pressure, self.working_set
         backlog, wait = ctx.cpu.backlog, ctx.cpu.ema_queue_wait_s
         kv = ctx.kv
@@ -343,11 +354,12 @@ class AimdAdmission(Admission):
         extra = len(ws.sessions) - self.cpu_cap if self.pressure.cpu_overloaded and self.cpu_cap else 0
         self._to_suspend = set()
         if excess > 0 or extra > 0:
+            footprint = footprints(ctx)
             for s in ws.youngest_first()[:-1]:          # never the oldest: one session always runs
                 if excess <= 0 and extra <= 0:
                     break
                 self._to_suspend.add(s.session_id)
-                excess -= footprint_blocks(s, ctx)
+                excess -= footprint(s)
                 extra -= 1
 
     def _mean_footprint(self, ctx: PolicyContext) -> float:
@@ -360,10 +372,17 @@ class AimdAdmission(Admission):
         ws, p = self.working_set, self.pressure
         chosen: list[Session] = []
         slots = self.limit - len(ws.sessions)
-        if slots > 0:
+        # Engines ask every step. Between ticks the limits only tighten as time passes (the long-
+        # session gate), so a pass that admitted nobody admits nobody again until the backlog, the
+        # working set, the measured turn growth (footprints), the known sessions (long ones in
+        # flight) or the tick changes: skip it (the balancer is O(backlog log backlog)).
+        state = (self._ticks, len(backlog), len(ws.sessions), ws.blocks, self._pending_blocks,
+                 ctx.turn_growth_tokens, len(ctx.sessions))
+        if slots > 0 and state != self._fruitless:
             view = dataclasses.replace(p, budget_blocks=p.budget_blocks - self._pending_blocks)
             room = self.kv_window - ws.blocks if self.config.kv_window else math.inf
             chosen = self.balancer.select(backlog, slots, view, ctx, room)
+            self._fruitless = None if chosen else state
         if not chosen and self._engine_idle:
             # Nothing admitted was in the engine at the last tick: admitting cannot crowd anyone
             # out, idling can (checked once a tick: the engine idles at most one control period).
@@ -389,7 +408,7 @@ class AimdAdmission(Admission):
         self._to_suspend.discard(s.session_id)
         ws = self.working_set
         if ws.sessions.pop(s.session_id, None) is not None:
-            ws.blocks -= footprint_blocks(s, ctx)
+            ws.blocks -= footprints(ctx)(s)
         self.suspended += 1
         return True
 
