@@ -1,5 +1,5 @@
 """MARS' external control plane: AIMD over the tool plane, a KV working-set window, and a
-pressure-aware load balancer (docs/policies.md#admission).
+pressure-aware load balancer (docs/policies.md#admission-aimd-window).
 
 Every `interval_s` (0.2 s) `tick()` reads both planes and moves two limits:
 
@@ -159,8 +159,8 @@ class WorkingSet:
 class LoadBalancer:
     """Order of admission from the backlog (paper, "global load balancer").
 
-    - suspended sessions (admitted before, paused by the KV window) first, oldest first: they hold
-      progress, and resuming them is what the window is waiting for;
+    - paused sessions (admitted before, paused at a turn boundary) first, oldest first: they hold
+      progress, and resuming them is what the limits are waiting for;
     - then FCFS when pressure is low (no overload, CPU healthy, usage <= 0.85) and the whole
       backlog fits the free slots and the KV budget;
     - CPU overloaded: largest estimated first prefill first (GPU-heavy sessions add no tool load);
@@ -361,10 +361,6 @@ class AimdAdmission(Admission):
                 self._to_suspend.add(s.session_id)
                 excess -= footprint(s)
                 extra -= 1
-
-    def _mean_footprint(self, ctx: PolicyContext) -> float:
-        ws = self.working_set
-        return ws.blocks / len(ws.sessions) if ws.sessions else ctx.kv.blocks_for(round(ctx.turn_growth_tokens))
 
     def select(self, backlog: Sequence[Session], ctx: PolicyContext) -> list[Session]:
         if not backlog:

@@ -8,8 +8,8 @@ in the same order, and never reach into its strategies or context, so a rule is 
   control   `admit(backlog, now)` -> the parked sessions to admit now (in order); it re-evaluates
             the control plane every `admission_interval_s` (next at `next_tick_s`).
   window    `max_active`: most calls the engine keeps active (running + waiting); the rest wait
-            in an FCFS overflow queue (`core.window.ActiveWindow`). MARS sizes it like its
-            admission window (from the tool workers, see `AimdConfig.sized`); None = unbounded.
+            in an FCFS overflow queue (`core.window.ActiveWindow`). MARS uses its admission
+            `w_max` when one is configured; None = unbounded (the default: admission bounds it).
   step      `observe_kv(...)`; `expired_pins(now)`; `order(requests, now)` or, for an engine that
             keeps a queue sorted, `sort_key(now)`; `chunk_tokens(req, budget, remaining)`;
             on an allocation failure: `shrink(tokens)`, then `revocation_order()` pins, then
@@ -319,14 +319,12 @@ class Policy:
             decision.release.extend(self._end_session(s))
             return decision
         if not self.retention.release_on_resume:
-            old = ctx.pins.pop(req.session_id)
-            if old is not None:
-                decision.release.append(old)
+            decision.release.extend(self._pop_pin(req.session_id))
         if (self.admission is not None and s.admitted and s.turns == s.turns_finished
                 and self.admission.suspend(s, ctx)):
             # Paused at its turn boundary: the next call waits outside; its KV is not kept for it.
             self._withdraw(s)
-            decision.release.extend(p for p in [ctx.pins.pop(s.session_id)] if p is not None)
+            decision.release.extend(self._pop_pin(s.session_id))
             return decision
         if blocks > 0 and not s.ended and ctx.pins.get(s.session_id) is None:
             budget = self.max_pinned_fraction * ctx.kv.total_blocks - ctx.pins.total_blocks
@@ -380,25 +378,30 @@ class Policy:
                 if s is not None:
                     s.in_tool = None
                 if isinstance(ev, ToolCancelled):
-                    release.extend(p for p in [ctx.pins.pop(ev.session_id)] if p is not None)
+                    release.extend(self._pop_pin(ev.session_id))
             elif isinstance(ev, SessionEnded):
                 if s is not None:
                     release.extend(self._end_session(s))
                 else:
-                    release.extend(p for p in [ctx.pins.pop(ev.session_id)] if p is not None)
+                    release.extend(self._pop_pin(ev.session_id))
         self.retention.observe(ev, ctx)
         return release
 
     def _end_session(self, s: Session) -> list[Pin]:
         """Forget an ended session; its pin, if any, is returned for the engine to release."""
         ctx = self.ctx
-        pin = ctx.pins.pop(s.session_id)
+        pins = self._pop_pin(s.session_id)
         self.retention.on_session_ended(s, ctx)
         if s.holds_slot:
             s.holds_slot = False
             ctx.admitted_active -= 1
         s.ended = True
         ctx.sessions.pop(s.session_id, None)
+        return pins
+
+    def _pop_pin(self, session_id: str) -> list[Pin]:
+        """The session's pin taken out of the table, as a list of what the engine must release."""
+        pin = self.ctx.pins.pop(session_id)
         return [pin] if pin is not None else []
 
     def stats(self) -> dict[str, StatValue | Stats]:

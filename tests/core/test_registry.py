@@ -56,7 +56,7 @@ def test_overrides_reach_the_strategies():
     assert p.admission.window == 8 and p.admission.config.w_min == 2
     assert p.max_active == 12 and p.max_pinned_fraction == 0.25
     assert build_policy("continuum", SHAPE, cfg).retention.config.ttl_s == 3.0
-    assert PolicyConfig().aimd.w_max is None                    # defaults untouched: sized per engine
+    assert PolicyConfig().aimd.w_max is None                    # defaults untouched: no fixed window
 
 
 def test_bad_names_and_settings_are_named_in_the_error():
