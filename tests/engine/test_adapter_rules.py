@@ -276,14 +276,19 @@ def test_priority_queue_discipline_is_refused_with_a_clear_message(model_dir):
         make_scheduler(FcfsScheduler, model_dir, queue_policy="priority")
 
 
+def _virtual_clock(s, start: float = 1_000_000.0) -> list[float]:
+    now = [start]
+    s.clock, s.idle_nap_s = (lambda: now[0]), 0.0
+    return now
+
+
 def test_mars_admission_recovers_when_events_stop_arriving(model_dir, monkeypatch):
     """40 one-call sessions, no boundary events at all: every parked session must still be
     admitted eventually (issue 3: "if events stop arriving, admission degrades safely")."""
     from mars_openhands.vllm.scheduler import MarsScheduler
     monkeypatch.setenv("MARS_TOOL_WORKERS", "2")
     s = make_scheduler(MarsScheduler, model_dir, num_blocks=200)
-    now = [1_000_000.0]
-    s.clock, s.idle_nap_s = (lambda: now[0]), 0.0
+    now = _virtual_clock(s)
     h = Harness(s)
     for i in range(40):
         s.add_request(make_request(f"r{i}", prompt(i, 50), max_tokens=2, session=f"s{i}"))
@@ -293,12 +298,6 @@ def test_mars_admission_recovers_when_events_stop_arriving(model_dir, monkeypatc
             break
         h.step()
     assert len(h.finished) == 40
-
-
-def _virtual_clock(s, start: float = 1_000_000.0) -> list[float]:
-    now = [start]
-    s.clock, s.idle_nap_s = (lambda: now[0]), 0.0
-    return now
 
 
 def _finish_times(s, h: Harness, now: list[float], step_s: float, horizon_s: float) -> dict[str, float]:
