@@ -22,10 +22,18 @@ The adapter is a thin translation layer; every rule lives in `mars_openhands.cor
   `block_pool.touch` of the call's full, hashed, non-null blocks, released by exactly one
   `block_pool.free_blocks` (`_unpin`). The prefix cache itself serves the next turn.
 - admission: the first call of a session the policy parks waits in `_parked` (outside vLLM's
-  queues, counted in `get_request_counts`) until `Policy.admit` admits its session.
+  queues) until `Policy.admit` admits its session.
 - active window: with `Policy.max_active` set, admitted calls beyond it wait in the FCFS overflow
-  queue of `_window` (`core.window.ActiveWindow`; also outside vLLM's queues, also counted) until
-  running + waiting has room.
+  queue of `_window` (`core.window.ActiveWindow`; also outside vLLM's queues) until running +
+  waiting has room. Parked and overflow calls are in vLLM's `requests` and counted as waiting by
+  `get_request_counts` (outside `schedule()`), so the engine core's readings hold for them.
+- speculative decoding: tokens beyond a request's own (drafts, and the 1 + k rows vLLM pads a
+  fully cached new prompt to) mark a decode step, which is never capped, shrunk or counted as
+  prefill.
+- `--scheduling-policy priority`: request priority is the first sort key, the policy's order
+  decides within one priority, and victims come from the lowest priority class.
+- internals: building a class checks the vLLM release and every wrapped internal
+  (`mars_openhands.vllm.internals`).
 - events: `apply_events` (called between steps through the EngineCore utility added by
   `mars_openhands.vllm.plugin`) feeds `Policy.on_event`.
 - history: each session's boundary happenings (turns, tool calls, pins taken and released, with
@@ -56,11 +64,13 @@ from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.output import SchedulerOutput
 from vllm.v1.core.sched.request_queue import FCFSRequestQueue, SchedulingPolicy
 from vllm.v1.core.sched.scheduler import Scheduler
+from vllm.v1.engine import EngineCoreEventType
 from vllm.v1.request import Request, RequestStatus
 
 from mars_openhands.core import ActiveWindow, EngineShape, Pin, Policy, build_policy
 from mars_openhands.core import Request as CoreRequest
 from mars_openhands.events import Event, SessionEnded, ToolCancelled, ToolFinished, ToolStarted, parse_event
+from mars_openhands.vllm.internals import check_scheduler_internals
 from mars_openhands.vllm.scheduler_path import scheduler_class_path  # noqa: F401 (re-export)
 from mars_openhands.vllm.session import session_of, tool_hint_of, turn_index_of
 
@@ -190,10 +200,18 @@ class MarsSchedulerMixin(_SchedulerBase):
     idle_nap_s: float = PARKED_IDLE_S
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        check_scheduler_internals()          # before vLLM builds anything we would wrap
         super().__init__(*args, **kwargs)
-        if self.policy is not SchedulingPolicy.FCFS:      # vLLM's queue discipline, not ours
-            raise ValueError(f"{type(self).__name__} orders requests itself; start vLLM with "
-                             f"--scheduling-policy fcfs (got {self.policy.value!r})")
+        check_scheduler_internals(self)
+        # `--scheduling-policy priority`: the request's priority becomes the first sort key (see
+        # `_order`) and bounds the victims (`_choose_victim`); vLLM's own queue and victim rule
+        # stay FCFS so that the policy's order and victim hook apply within a priority class.
+        self.by_priority = self.policy is SchedulingPolicy.PRIORITY
+        if self.by_priority:
+            self.policy = SchedulingPolicy.FCFS
+            self.waiting = FCFSRequestQueue()
+            self.kv_holding_waiting = FCFSRequestQueue()
+        self._in_schedule = False
         pool = self.kv_cache_manager.block_pool
         workers = int(os.environ.get("MARS_TOOL_WORKERS", os.cpu_count() or 1))
         shape = EngineShape(total_blocks=pool.num_gpu_blocks - 1, block_size=self.block_size,
@@ -237,6 +255,7 @@ class MarsSchedulerMixin(_SchedulerBase):
         if pin is not None:
             self._resume_pins[request.request_id] = pin
         if park:
+            self._hold(request)
             self._parked.setdefault(creq.session_id, []).append(request)
             self._num_parked += 1
             self.mars_counters["parked"] += 1
@@ -248,11 +267,33 @@ class MarsSchedulerMixin(_SchedulerBase):
         if self._window.enter(request, self._num_active()):
             self._hand_to_vllm(request)
         else:
+            self._hold(request)
             self.mars_counters["overflowed"] += 1
 
+    def _hold(self, request: Request) -> None:
+        """Register a call held outside vLLM's queues (parked or overflow) as vLLM would on arrival:
+        in `requests` (lookups by id, streaming continuations, `has_finished_requests`' count) and
+        with its QUEUED event now, so vLLM's queue-time metrics include the time held."""
+        if request.request_id in self.requests:
+            return
+        self.requests[request.request_id] = request
+        if request.resumable and request.streaming_queue is None:
+            request.streaming_queue = deque()
+        if self.log_stats:
+            request.record_event(EngineCoreEventType.QUEUED)
+
     def _hand_to_vllm(self, request: Request) -> None:
-        self._enqueued_s[request.request_id] = self.clock()
+        rid = request.request_id
+        self._enqueued_s[rid] = self.clock()
+        held = self.requests.pop(rid, None) is not None     # vLLM registers it afresh
+        pending = request.streaming_queue
         super().add_request(request)
+        if held:
+            if pending:                                      # continuations that arrived meanwhile
+                request.streaming_queue = pending
+            events = request.events
+            if self.log_stats and events and events[-1].type == EngineCoreEventType.QUEUED:
+                events.pop()                                 # queued since it was held
 
     def _num_active(self) -> int:
         return len(self.running) + len(self.waiting) + len(self.kv_holding_waiting)
@@ -293,9 +334,8 @@ class MarsSchedulerMixin(_SchedulerBase):
                 keep = []
                 for request in self._parked[sid]:
                     if request_ids is None or request.request_id in request_ids:
-                        request.status = finished_status
+                        self._drop_held(request, finished_status)
                         dropped.append(request)
-                        self._forget(request, aborted=True)
                     else:
                         keep.append(request)
                 self._num_parked -= len(self._parked[sid]) - len(keep)
@@ -306,13 +346,24 @@ class MarsSchedulerMixin(_SchedulerBase):
             self.mars_counters["parked_aborted"] += len(dropped)
         if self._window:
             for request in self._window.remove(lambda r: request_ids is None or r.request_id in request_ids):
-                request.status = finished_status
+                self._drop_held(request, finished_status)
                 dropped.append(request)
-                self._forget(request, aborted=True)
         return dropped + super().finish_requests(request_ids, finished_status)
 
+    def _drop_held(self, request: Request, status: RequestStatus) -> None:
+        """Finish a parked or overflow call: it holds no blocks and the model never saw it."""
+        request.status = status
+        self.requests.pop(request.request_id, None)
+        self._forget(request, aborted=True)
+
     def get_request_counts(self) -> tuple[int, int]:
+        """(running, waiting), parked and overflow calls counted as waiting: what the engine loop
+        (`get_num_unfinished_requests`), `has_finished_requests`, the stats and the DP load balancer
+        read, and with them in `requests` vLLM's `len(requests) == running + waiting` holds.
+        Inside `schedule()` vLLM asks which requests this step can serve: held ones are not."""
         running, waiting = super().get_request_counts()
+        if self._in_schedule:
+            return running, waiting
         return running, waiting + self._num_parked + len(self._window)
 
     # ---- one step -------------------------------------------------------------------------------
@@ -328,9 +379,11 @@ class MarsSchedulerMixin(_SchedulerBase):
         self._shrunk.clear()
         assert isinstance(self.running, _VictimList)    # installed by _order
         self.running.chooser = self._choose_victim
+        self._in_schedule = True
         try:
             out = super().schedule(*args, **kwargs)
         finally:
+            self._in_schedule = False
             self._alloc_req = None
             if isinstance(self.running, _VictimList):
                 self.running.chooser = None
@@ -350,15 +403,28 @@ class MarsSchedulerMixin(_SchedulerBase):
     def _order(self, now: float) -> None:
         creqs, requests = self._creqs, self.requests
         running = [creqs[r.request_id] for r in self.running]   # synced by the last step
-        self.running = _VictimList([requests[c.request_id] for c in self.mars.order(running, now)])
+        self.running = _VictimList([requests[c.request_id] for c in self._ordered(running, now)])
         # Waiting order matters only if this step can admit someone.
         if len(self.waiting) > 1 and len(self.running) < min(self.max_num_running_reqs,
                                                               self.max_num_active_reqs):
             waiting = [creqs[r.request_id] for r in self.waiting]
-            ordered = [requests[c.request_id] for c in self.mars.order(waiting, now)]
-            assert isinstance(self.waiting, FCFSRequestQueue)    # __init__ insists on FCFS
+            ordered = [requests[c.request_id] for c in self._ordered(waiting, now)]
+            assert isinstance(self.waiting, FCFSRequestQueue)    # __init__ keeps vLLM's FCFS queue
             self.waiting.clear()
             self.waiting.extend(ordered)
+        if self.by_priority and len(self.kv_holding_waiting) > 1:
+            assert isinstance(self.kv_holding_waiting, FCFSRequestQueue)
+            holding = sorted(self.kv_holding_waiting, key=lambda r: r.priority)   # stable
+            self.kv_holding_waiting.clear()
+            self.kv_holding_waiting.extend(holding)
+
+    def _ordered(self, creqs: list[CoreRequest], now: float) -> list[CoreRequest]:
+        """The policy's order; with `--scheduling-policy priority`, by request priority first
+        (smaller first, as vLLM's priority queue) and the policy's order within one priority."""
+        if not self.by_priority:
+            return self.mars.order(creqs, now)
+        key, requests = self.mars.sort_key(now), self.requests
+        return sorted(creqs, key=lambda c: (requests[c.request_id].priority, key(c)))
 
     def _sync(self, c: CoreRequest, r: Request | None = None) -> CoreRequest:
         """Copy vLLM's counters into the policy's view (policy-owned fields are left alone)."""
@@ -376,9 +442,15 @@ class MarsSchedulerMixin(_SchedulerBase):
         c = self._creqs.get(request.request_id)
         if c is None or n <= 1:
             return n
+        # Tokens beyond the request's own (prompt and outputs) are speculative: a decode's draft
+        # tokens, or the 1 + k rows vLLM pads a new request whose prompt is fully cached to. With
+        # at most one known token left this is a decode step, sized by vLLM and left alone.
+        known = request.num_tokens - num_computed_tokens
+        if known <= 1:
+            return n
         c.computed_tokens = min(num_computed_tokens, request.num_prompt_tokens)
-        # past the prompt, n > 1 tokens are a resumed request recomputing its own outputs
-        capped = self.mars.chunk_tokens(c, n, remaining=n)
+        # past the prompt, known > 1 tokens are a resumed request recomputing its own outputs
+        capped = self.mars.chunk_tokens(c, n, remaining=known)
         if capped < n:
             self.mars_counters["quantum_capped_chunks"] += 1
         return max(1, capped)
@@ -392,13 +464,17 @@ class MarsSchedulerMixin(_SchedulerBase):
             if self._shrunk:
                 self._shrunk.pop(request.request_id, None)
             return blocks
-        blocks = self._try_sizes(request, num_new_tokens, args, kwargs, tried=True)
+        # A decode (its draft or padding rows included) is never split: vLLM schedules it whole.
+        known = (request.num_tokens - request.num_computed_tokens
+                 - kwargs.get("num_new_computed_tokens", 0) - kwargs.get("num_external_computed_tokens", 0))
+        blocks = self._try_sizes(request, num_new_tokens, args, kwargs, tried=True) if known > 1 else None
         if blocks is None:
             for pin in self.mars.revocation_order():
                 if self.mars.release_pin(pin.session_id) is None:
                     continue
                 self._unpin(pin, "revoked")
-                blocks = self._try_sizes(request, num_new_tokens, args, kwargs)
+                blocks = (self._try_sizes(request, num_new_tokens, args, kwargs) if known > 1
+                          else self._stock_allocate(request, num_new_tokens, *args, **kwargs))
                 if blocks is not None:
                     break
         return blocks
@@ -423,7 +499,11 @@ class MarsSchedulerMixin(_SchedulerBase):
         """Victim among the running requests not yet scheduled this step (from the current one on)."""
         current = self._alloc_req
         start = next((i for i, r in enumerate(running) if r is current), 0)
-        candidates = [self._sync_blocks(self._creqs[r.request_id]) for r in running[start:]]
+        pool = running[start:]
+        if self.by_priority and pool:      # only the lowest priority class (largest value) yields
+            worst = max(r.priority for r in pool)
+            pool = [r for r in pool if r.priority == worst]
+        candidates = [self._sync_blocks(self._creqs[r.request_id]) for r in pool]
         if not candidates:
             return None
         victim_c = self.mars.choose_victim(candidates)
@@ -457,6 +537,7 @@ class MarsSchedulerMixin(_SchedulerBase):
 
     def _after_step(self, out: SchedulerOutput, now: float) -> None:
         creqs, requests, resume, lost = self._creqs, self.requests, self._resume_pins, self._lost_on_preempt
+        spec = out.scheduled_spec_decode_tokens
         scheduled, prefill = [], 0
         for rid, n in out.num_scheduled_tokens.items():
             c = creqs.get(rid)
@@ -465,8 +546,10 @@ class MarsSchedulerMixin(_SchedulerBase):
             r = requests[rid]
             c.computed_tokens = min(r.num_computed_tokens, r.num_prompt_tokens)
             scheduled.append((c, n))
-            if n > 1:
-                prefill += n
+            if n > 1:          # draft and padding rows of a decode are not prefill
+                known = n - len(spec[rid]) if spec and rid in spec else n
+                if known > 1:
+                    prefill += known
             if not c.started:           # queueing delay inside the engine ends here
                 self.mars.observe_prefill_start(now - self._enqueued_s.pop(rid, now))
             if resume and rid in resume:  # its prefix lookup is done: it holds the blocks now

@@ -38,16 +38,26 @@ def write_model_dir(d: Path) -> Path:
 
 def make_scheduler(cls, model_dir: Path, num_blocks: int = 64, max_tokens_per_step: int = 512,
                    max_seqs: int = 16, prefix_caching: bool = True, reserve_full_isl: bool = True,
-                   max_model_len: int = 4096, queue_policy: str = "fcfs"):
+                   max_model_len: int = 4096, queue_policy: str = "fcfs", spec_tokens: int = 0,
+                   chunked_prefill: bool = True, kv_transfer_config=None):
+    """A real vLLM scheduler of class `cls`; `spec_tokens` > 0 configures an n-gram proposer
+    (what vLLM's scheduler sees of speculative decoding), `kv_transfer_config` a KV connector."""
+    from vllm.config import ParallelConfig, SpeculativeConfig
     model_config = ModelConfig(model=str(model_dir), skip_tokenizer_init=True, dtype="float32",
                                max_model_len=max_model_len, seed=0)
     scheduler_config = SchedulerConfig(max_num_seqs=max_seqs, max_num_batched_tokens=max_tokens_per_step,
-                                       max_model_len=max_model_len, enable_chunked_prefill=True,
+                                       max_model_len=max_model_len, enable_chunked_prefill=chunked_prefill,
                                        is_encoder_decoder=False,
                                        scheduler_reserve_full_isl=reserve_full_isl, policy=queue_policy)
     cache_config = CacheConfig(block_size=BLOCK, enable_prefix_caching=prefix_caching)
+    spec = None
+    if spec_tokens:
+        spec = SpeculativeConfig(method="ngram", num_speculative_tokens=spec_tokens, prompt_lookup_max=3,
+                                 prompt_lookup_min=1, target_model_config=model_config,
+                                 target_parallel_config=ParallelConfig())
     vllm_config = VllmConfig(model_config=model_config, scheduler_config=scheduler_config,
-                             cache_config=cache_config)
+                             cache_config=cache_config, speculative_config=spec,
+                             kv_transfer_config=kv_transfer_config)
     spec = FullAttentionSpec(block_size=BLOCK, num_kv_heads=1, head_size=8, dtype=torch.float32)
     kv = KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[],
                        kv_cache_groups=[KVCacheGroupSpec(["layer0"], spec)])
@@ -61,9 +71,9 @@ _hasher = get_request_block_hasher(BLOCK, sha256_cbor)
 
 
 def make_request(rid: str, prompt: list[int], max_tokens: int = 4, session: str | None = None,
-                 extra: dict | None = None) -> Request:
-    params = SamplingParams(max_tokens=max_tokens, ignore_eos=True, extra_args=extra)
-    return Request(rid, prompt, params, None, block_hasher=_hasher, session_id=session)
+                 extra: dict | None = None, priority: int = 0, **params) -> Request:
+    sampling = SamplingParams(max_tokens=max_tokens, ignore_eos=True, extra_args=extra, **params)
+    return Request(rid, prompt, sampling, None, block_hasher=_hasher, session_id=session, priority=priority)
 
 
 @dataclass

@@ -271,9 +271,16 @@ def test_mars_mlfq_serves_a_short_call_before_a_long_prefill_finishes(model_dir)
     assert order == ["long", "short"] and biggest == 2048
 
 
-def test_priority_queue_discipline_is_refused_with_a_clear_message(model_dir):
-    with pytest.raises(ValueError, match="--scheduling-policy fcfs"):
-        make_scheduler(FcfsScheduler, model_dir, queue_policy="priority")
+def test_priority_is_the_first_sort_key_and_the_policy_orders_within_a_priority(model_dir):
+    # One 64-token step: admission order is visible in what the first step schedules.
+    s = make_scheduler(FcfsScheduler, model_dir, max_tokens_per_step=64, queue_policy="priority")
+    install(s, ordering=KeyOrdering(lambda r: (-r.prompt_tokens,)))      # largest prompt first
+    h = Harness(s)
+    for rid, n, prio in (("lo-big", 60, 1), ("hi-small", 30, 0), ("hi-big", 50, 0)):
+        s.add_request(make_request(rid, prompt(n, n), session=rid, priority=prio))
+    assert h.step().num_scheduled_tokens == {"hi-big": 50, "hi-small": 14}
+    h.run()
+    assert h.finished == ["hi-big", "hi-small", "lo-big"]
 
 
 def _virtual_clock(s, start: float = 1_000_000.0) -> list[float]:
