@@ -213,13 +213,14 @@ class LoadBalancer:
             self._first_arrival = min(self._first_arrival, s.first_arrival_s)
 
     def order(self, backlog: Sequence[Session], slots: int, pressure: Pressure,
-              cost: dict[str, int]) -> list[Session]:
+              blocks_for: Callable[[int], int]) -> list[Session]:
         """The backlog in admission order (sets `mode`)."""
         resumed = sorted((s for s in backlog if s.turns_finished), key=lambda s: s.first_arrival_s)
         new = [s for s in backlog if not s.turns_finished]
         low_pressure = (not pressure.cpu_overloaded and not pressure.kv_overloaded
                         and pressure.cpu_healthy and pressure.kv_usage <= self.config.kv_low)
-        if low_pressure and len(backlog) <= slots and sum(cost.values()) <= pressure.budget_blocks:
+        if (low_pressure and len(backlog) <= slots
+                and sum(blocks_for(s.prompt_tokens) for s in backlog) <= pressure.budget_blocks):
             self.mode = "fcfs"
         elif pressure.cpu_overloaded:
             self.mode = "largest-first"
@@ -232,14 +233,18 @@ class LoadBalancer:
     def select(self, backlog: Sequence[Session], slots: int, pressure: Pressure,
                ctx: PolicyContext, room_blocks: float = math.inf) -> list[Session]:
         """Up to `slots` sessions of `backlog` (arrival order) to admit now, in admission order;
-        their predicted footprints together fit `room_blocks` (the KV window's room)."""
+        their predicted footprints together fit `room_blocks` (the KV window's room).
+
+        In smallest-first order a new session that does not fit ends the pass: the new sessions
+        behind it have larger first prompts, so larger costs and footprints (this keeps a pass
+        over a backlog of hundreds short when the limits bind)."""
         self._count_arrivals(backlog)
-        if slots <= 0 or not backlog:
-            return []
-        cfg, kv = self.config, ctx.kv
-        cost = {s.session_id: kv.blocks_for(s.prompt_tokens) for s in backlog}
+        if slots <= 0 or not backlog or room_blocks < 0 or pressure.budget_blocks < 0:
+            return []          # (costs and footprints are >= 0: nothing fits a negative room)
+        cfg, blocks_for = self.config, ctx.kv.blocks_for
         budget = pressure.budget_blocks
-        candidates = self.order(backlog, slots, pressure, cost)
+        candidates = self.order(backlog, slots, pressure, blocks_for)
+        sorted_by_size = self.mode == "smallest-first"
         short_waited = next((ctx.now - s.first_arrival_s for s in backlog
                              if not s.turns_finished and not self.is_long(s)), 0.0)
         long_room = 0
@@ -251,11 +256,15 @@ class LoadBalancer:
             if len(chosen) >= slots:
                 break
             long = self.is_long(s)
-            fp = footprint(s)
-            if (long and long_room <= 0) or cost[s.session_id] > budget or fp > room_blocks:
+            if long and long_room <= 0:
+                continue
+            cost, fp = blocks_for(s.prompt_tokens), footprint(s)
+            if cost > budget or fp > room_blocks:
+                if sorted_by_size and not s.turns_finished:
+                    break
                 continue
             chosen.append(s)
-            budget -= cost[s.session_id]
+            budget -= cost
             room_blocks -= fp
             if long:
                 long_room -= 1
@@ -382,7 +391,7 @@ class AimdAdmission(Admission):
         if not chosen and self._engine_idle:
             # Nothing admitted was in the engine at the last tick: admitting cannot crowd anyone
             # out, idling can (checked once a tick: the engine idles at most one control period).
-            chosen = self.balancer.order(backlog, 1, p, {})[:1]
+            chosen = self.balancer.order(backlog, 1, p, ctx.kv.blocks_for)[:1]
             self.idle_admits += 1
         self._engine_idle = False
         self._admitted(chosen, ctx)
