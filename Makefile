@@ -80,7 +80,7 @@ models/%/.done: scripts/build_model.py | setup-engine
 # Per-step cost of the MARS scheduler adapter over stock vLLM (256 running, 1,000 waiting).
 .PHONY: bench-sched
 bench-sched: setup-engine
-	$(PY) scripts/bench_scheduler.py --running 256 --waiting 1000 --steps 300 --policies fcfs,mars
+	$(PY) scripts/bench_scheduler.py --running 256 --waiting 1000 --steps 300 --policies fcfs,mars-no-admission
 
 test: lint test-core test-agent
 

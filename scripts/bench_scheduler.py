@@ -57,7 +57,7 @@ def step(s) -> float:
     return time.thread_time() - t0
 
 
-def prepare(cls, running: int, waiting: int, steps: int, prompt: int, folder: Path, configure=None):
+def prepare(cls, running: int, waiting: int, steps: int, prompt: int, folder: Path):
     from vllm.sampling_params import SamplingParams
     from vllm.utils.hashing import sha256_cbor
     from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
@@ -66,8 +66,6 @@ def prepare(cls, running: int, waiting: int, steps: int, prompt: int, folder: Pa
     init_none_hash(sha256_cbor)
     hasher = get_request_block_hasher(BLOCK, sha256_cbor)
     s = make_scheduler(cls, running, prompt, steps, folder)
-    if configure is not None:
-        configure(s)
     for i in range(running + waiting):
         params = SamplingParams(max_tokens=10 * steps, ignore_eos=True)
         tokens = [(i * 31 + j) % 500 + 1 for j in range(prompt)]
@@ -100,25 +98,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--waiting", type=int, default=1000)
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--prompt", type=int, default=64)
-    ap.add_argument("--policies", default="fcfs,mars")
+    ap.add_argument("--policies", default="fcfs,mars-no-admission",
+                    help="scheduler classes by policy name (default fcfs,mars-no-admission: MARS' "
+                         "ordering and accounting over all R + W requests, its worst case here; "
+                         "with admission, parked requests cost nothing per step)")
     args = ap.parse_args(argv)
     from vllm.v1.core.sched.scheduler import Scheduler
 
     from mars_openhands.vllm import scheduler as adapter
     from mars_openhands.vllm.scheduler_path import scheduler_class_path
 
-    def everything_admitted(s) -> None:
-        """All R + W requests in vLLM's queues (no parking, no active window): the adapter
-        orders and accounts for every one of them, its worst case at this size."""
-        s.mars.ordering.max_active = None
-        s.mars.admission = None
-
     with tempfile.TemporaryDirectory(prefix="bench-sched-") as tmp:   # a config-only model folder
         shape = (args.running, args.waiting, args.steps, args.prompt, Path(tmp))
         schedulers = {"stock": prepare(Scheduler, *shape)}
         for name in args.policies.split(","):
             cls = getattr(adapter, scheduler_class_path(name).rsplit(".", 1)[1])
-            schedulers[name] = prepare(cls, *shape, everything_admitted)
+            schedulers[name] = prepare(cls, *shape)
         times = measure_interleaved(schedulers, args.steps)
     results = {name: summary(t) for name, t in times.items()}
     base = results["stock"]["mean_ms"]
