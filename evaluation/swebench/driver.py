@@ -28,6 +28,7 @@ from typing import Generic, Protocol, TypeVar
 
 from tqdm import tqdm
 
+from evaluation.swebench import terminal_env
 from evaluation.swebench.agent_runner import AgentOutcome, run_agent
 from evaluation.swebench.engine_stats import StatsSampler
 from evaluation.swebench.isolation import TmuxScope
@@ -54,6 +55,8 @@ class Backend(Protocol[W]):
 
     def create_workspace(self, instance: SweInstance, scratch: Path | None) -> W: ...
     def agent_workspace(self, workspace: W) -> object: ...  # what the SDK's Conversation gets
+    def agent_env(self, workspace: W) -> dict[str, str]: ...  # activated in the agent's terminal
+    def test_command(self, instance: SweInstance) -> str | None: ...  # the oracle's; None: pytest
     def local_path(self, workspace: W) -> Path | None: ...
     def extract_patch(self, workspace: W, base_commit: str) -> str: ...
     def remove_workspace(self, workspace: W) -> None: ...
@@ -159,7 +162,8 @@ class Driver(Generic[W]):
         if self.config.harness != ORACLE:
             return cfg
         assert self.proxy is not None
-        oracle = Oracle(instance.instance_id, plan_trajectory(instance, workspace))
+        oracle = Oracle(instance.instance_id, plan_trajectory(instance, workspace,
+                                                             self.backend.test_command(instance)))
         url = self.proxy.register(instance.instance_id, oracle)
         return dataclasses.replace(cfg, llm=dataclasses.replace(cfg.llm, model=f"openai/{ORACLE_LABEL}",
                                                                 base_url=url))
@@ -179,9 +183,13 @@ class Driver(Generic[W]):
             local = self.backend.local_path(workspace)
             instruction = render_instruction(instance, str(local) if local is not None else "/testbed")
             cfg = self._agent_config(instance, local) if local is not None else self.config.agent
-            outcome = self.agent_fn(cfg, instruction, self.backend.agent_workspace(workspace),
-                                    persistence_dir=idir / "conversation", stop=self.stop,
-                                    on_start=self.live.add, on_end=self.live.discard)
+            variables = self.backend.agent_env(workspace)
+            if variables:
+                terminal_env.install()
+            with terminal_env.activated(variables):
+                outcome = self.agent_fn(cfg, instruction, self.backend.agent_workspace(workspace),
+                                        persistence_dir=idir / "conversation", stop=self.stop,
+                                        on_start=self.live.add, on_end=self.live.discard)
             error = outcome.error
         except Exception as e:  # noqa: BLE001 - recorded; the run goes on
             log.exception("%s: failed", iid)

@@ -193,6 +193,7 @@ class EnvCache:
     root: Path
     sources: RepoSources
     find: Callable[[str], Path] = find_python
+    upgrade_pip: bool = True  # off only where the registry must not be asked (tests)
 
     @property
     def envs(self) -> Path:
@@ -253,7 +254,8 @@ class EnvCache:
             environ = env.environ(spec.version)
             run = lambda cmd, what, cwd=tmp: run_logged(cmd, cwd=cwd, env=environ, log=build_log, what=what)  # noqa: E731
             run(f"{shlex.quote(str(python))} -m venv {shlex.quote(str(tmp))}", "creating the venv")
-            run("python -m pip install -q --upgrade pip", "upgrading pip")
+            if self.upgrade_pip:
+                run("python -m pip install -q --upgrade pip", "upgrading pip")
             setup_commit = str(instance.extra.get("environment_setup_commit") or instance.base_commit)
             tree = self.sources.checkout(spec.repo, setup_commit, tmp / ".setup-tree")
             if spec.packages == "requirements.txt":
@@ -271,8 +273,8 @@ class EnvCache:
             shutil.rmtree(tree, ignore_errors=True)
             (tmp / ".requirements.txt").unlink(missing_ok=True)
             final = self.path(spec)
-            stamp = {"key": spec.key, "spec": asdict(spec), "python": str(python), "build_s": round(time.time() - start, 1),
-                     "built_at": time.time(), "fingerprint": fingerprint(tmp)}
+            stamp = {"key": spec.key, "spec": asdict(spec), "python": str(python),
+                     "build_s": round(time.time() - start, 1), "built_at": time.time(), "fingerprint": fingerprint(tmp)}
             relocate(tmp, tmp, final)
             # scripts now name `final`; the stamp is written last: without it the env counts as unbuilt
             tmp.rename(final)

@@ -1,4 +1,4 @@
-"""The two ways to run SWE-bench: offline on this host, or full with Docker, the hub dataset and a GPU.
+"""The ways to run SWE-bench: offline on this host, local (real instances, no Docker), or full with Docker.
 
 offline: the bundled task repo, a temporary local git workspace per instance, grading on the host
   with swebench's own functions (`grading.py`).
@@ -6,6 +6,8 @@ full: the official dataset (hub name or local file), an OpenHands agent-server c
   instance built on the instance's `swebench/sweb.eval.x86_64.*` image (the agent works in
   `/testbed` through a RemoteConversation), grading by the real swebench harness after the run.
   `preflight_full` names everything that is missing before anything starts.
+local: real instances (a hub-layout .json/.jsonl/.parquet file) in local trees with per-(repo,
+  version) environments from swebench's specs, graded on the host (`local_harness.py`).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Literal, Protocol
 from evaluation.swebench import patches
 from evaluation.swebench.records import JSONDict, RecordError, SweInstance
 
-OFFLINE, FULL, AUTO = "offline", "full", "auto"
+OFFLINE, FULL, AUTO, LOCAL = "offline", "full", "auto", "local"
 
 
 class FullModeUnavailable(RuntimeError):
@@ -51,6 +53,12 @@ class OfflineBackend:
 
     def agent_workspace(self, workspace: Path) -> str:
         return str(workspace)
+
+    def agent_env(self, workspace: Path) -> dict[str, str]:
+        return {}  # the process's PATH leads to the grading interpreter (run.main)
+
+    def test_command(self, instance: SweInstance) -> None:
+        return None
 
     def local_path(self, workspace: Path) -> Path:
         return workspace
@@ -165,8 +173,8 @@ def preflight_full(dataset: str, split: str, instance_ids: list[str] | None, *, 
 
 def resolve_mode(mode: str, run: Runner = _run) -> str:
     """`auto` is full where a Docker daemon answers, offline elsewhere."""
-    if mode not in (AUTO, OFFLINE, FULL):
-        raise ValueError(f"mode: expected auto, offline or full, got {mode!r}")
+    if mode not in (AUTO, OFFLINE, FULL, LOCAL):
+        raise ValueError(f"mode: expected auto, offline, local or full, got {mode!r}")
     if mode != AUTO:
         return mode
     return FULL if docker_problem(run) is None else OFFLINE
@@ -213,6 +221,12 @@ class DockerBackend:
 
     def agent_workspace(self, workspace: ContainerWorkspace) -> ContainerWorkspace:
         return workspace
+
+    def agent_env(self, workspace: ContainerWorkspace) -> dict[str, str]:
+        return {}  # the image's own environment
+
+    def test_command(self, instance: SweInstance) -> None:
+        return None
 
     def local_path(self, workspace: ContainerWorkspace) -> None:
         return None

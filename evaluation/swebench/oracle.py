@@ -26,7 +26,8 @@ from evaluation.swebench.patches import FilePatch, parse_patch
 from evaluation.swebench.records import JSONDict, SweInstance
 
 ORACLE_LABEL = "oracle-harness"
-TEST_TIMEOUT_S = 120
+TEST_TIMEOUT_S = 600
+NEIGHBOURS = 2  # files read beside each file the fix touches
 
 
 class StepKind(StrEnum):
@@ -129,8 +130,30 @@ def _symbol(fp: FilePatch) -> str:
     return Path(fp.path).stem
 
 
-def plan_trajectory(instance: SweInstance, workspace: Path) -> list[OracleStep]:
-    """The whole scripted trajectory for one instance, against its workspace at the base commit."""
+def neighbours(workspace: Path, paths: Sequence[str], limit: int = NEIGHBOURS) -> list[str]:
+    """Up to `limit` source files beside the ones the fix touches (what an agent also opens to
+    understand them): the package's `__init__.py` first, then siblings by name."""
+    touched = set(paths)
+    out: list[str] = []
+    for path in paths:
+        folder = (workspace / path).parent
+        if not folder.is_dir():
+            continue
+        siblings = sorted(folder.glob("*.py"), key=lambda p: (p.name != "__init__.py", p.name))
+        for p in siblings:
+            rel = p.relative_to(workspace).as_posix()
+            if rel not in touched and rel not in out and len(out) < limit:
+                out.append(rel)
+    return out
+
+
+def plan_trajectory(instance: SweInstance, workspace: Path, test_command: str | None = None) -> list[OracleStep]:
+    """The whole scripted trajectory for one instance, against its workspace at the base commit.
+
+    `test_command` runs the instance's tests (a real instance: its spec's test command on the test
+    patch's files), and such a trajectory also reads a few files beside the fix (`neighbours`);
+    without it (bundled tasks), pytest on the FAIL_TO_PASS tests and then the test files.
+    """
     workspace = workspace.resolve()
     gold = parse_patch(instance.patch)
     tests = parse_patch(instance.test_patch)
@@ -138,9 +161,12 @@ def plan_trajectory(instance: SweInstance, workspace: Path) -> list[OracleStep]:
         raise OracleError(f"{instance.instance_id}: the gold patch touches no files")
     f2p = instance.fail_to_pass
     test_files = sorted({fp.path for fp in tests})
-    run_f2p = (f"cd {shlex.quote(str(workspace))} && python -m pytest -q -x "
-               + " ".join(shlex.quote(t) for t in f2p))
-    run_suites = f"cd {shlex.quote(str(workspace))} && python -m pytest -q " + " ".join(test_files)
+    cd = f"cd {shlex.quote(str(workspace))} && "
+    if test_command:
+        run_f2p = run_suites = cd + test_command
+    else:
+        run_f2p = cd + "python -m pytest -q -x " + " ".join(shlex.quote(t) for t in f2p)
+        run_suites = cd + "python -m pytest -q " + " ".join(test_files)
     symbol = _symbol(gold[0])
     steps = [
         OracleStep("file_editor", {"command": "view", "path": str(workspace)},
@@ -154,6 +180,9 @@ def plan_trajectory(instance: SweInstance, workspace: Path) -> list[OracleStep]:
     steps += [OracleStep("file_editor", {"command": "view", "path": str(workspace / fp.path)},
                          f"Let me read {fp.path}, which looks responsible for the behaviour.", StepKind.READ)
               for fp in gold if not fp.is_new]
+    steps += [OracleStep("file_editor", {"command": "view", "path": str(workspace / rel)},
+                         f"Let me also read {rel}, next to the code involved.", StepKind.READ)
+              for rel in (neighbours(workspace, [fp.path for fp in gold if not fp.is_new]) if test_command else [])]
     steps += [OracleStep("file_editor", {"command": "view", "path": str(workspace / fp.path)},
                          f"Let me look at the existing tests in {fp.path} before writing new ones.", StepKind.READ)
               for fp in tests if not fp.is_new]

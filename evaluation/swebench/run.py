@@ -5,6 +5,9 @@
     # against a running engine, a real model from mars.toml ([llm]), selected instances
     python -m evaluation.swebench.run --engine-url http://127.0.0.1:8000 --config mars.toml \\
         --instances marsbench__semverlite-41,marsbench__ttlcache-8
+    # local: real instances without Docker (sources from local mirrors, else GitHub; envs cached)
+    python -m evaluation.swebench.run --mode local --dataset swe-bench-lite.jsonl \\
+        --repo-source pallets/flask=/src/flask --instances pallets__flask-4045 --workers 2
     # full: hub dataset / local file, Docker workspaces, the swebench harness (fails fast here)
     python -m evaluation.swebench.run --mode full --dataset princeton-nlp/SWE-bench_Lite --config mars.toml
 
@@ -26,7 +29,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from evaluation.swebench import modes
+from evaluation.swebench import modes, specs
 from evaluation.swebench.driver import MODEL, ORACLE, Backend, Driver, DriverConfig, RunSummary
 from evaluation.swebench.engine_proc import REPO, EngineProcess, EngineStartError
 from evaluation.swebench.oracle import ORACLE_LABEL
@@ -42,6 +45,7 @@ from mars_openhands.openhands.config import (
 )
 
 OFFLINE_DATASETS = ("marsbench/SWE-bench_offline", "offline", "")
+DATASET_ENV = "SWEBENCH_DATASET"
 DEFAULT_TOOLS = ("terminal", "file_editor")
 
 
@@ -52,9 +56,11 @@ class UsageError(Exception):
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m evaluation.swebench.run", description=__doc__.splitlines()[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--mode", choices=(modes.AUTO, modes.OFFLINE, modes.FULL), default=modes.AUTO,
-                   help="auto: full where a Docker daemon answers, else offline (default)")
-    p.add_argument("--dataset", default="", help="full: hub name or .json/.jsonl/.parquet; offline: the bundled repo")
+    p.add_argument("--mode", choices=(modes.AUTO, modes.OFFLINE, modes.LOCAL, modes.FULL), default=modes.AUTO,
+                   help="auto: full where a Docker daemon answers, else offline (default); "
+                        "local: real instances without Docker")
+    p.add_argument("--dataset", default="", help="full: hub name or .json/.jsonl/.parquet; local: a .json/.jsonl/"
+                                                 f".parquet file (default ${DATASET_ENV}); offline: the bundled repo")
     p.add_argument("--split", default="test")
     p.add_argument("--instances", default="", help="comma-separated instance ids, or @FILE with one per line")
     p.add_argument("--workers", type=int, default=4, help="concurrent agents (default 4)")
@@ -71,7 +77,14 @@ def build_parser() -> argparse.ArgumentParser:
                         "e.g. --engine-arg=--kv-cache-memory-bytes=64000000")
     p.add_argument("--output-dir", type=Path, help="run directory (default runs/swebench/<mode>-<policy>)")
     p.add_argument("--max-iterations", type=int, default=50)
-    p.add_argument("--no-grade", action="store_true", help="skip grading (offline)")
+    p.add_argument("--no-grade", action="store_true", help="skip grading (offline, local)")
+    p.add_argument("--repo-source", action="append", default=[], metavar="OWNER/NAME=PATH",
+                   help="local: a local clone or mirror of a repository (repeatable); others come from GitHub")
+    p.add_argument("--no-github", action="store_true", help="local: never clone from GitHub (only --repo-source)")
+    p.add_argument("--env-cache", type=Path, help="local: where environments and swebench's specs are cached "
+                                                  f"(default ${specs.CACHE_ENV} or ~/.cache/mars-openhands/swebench)")
+    p.add_argument("--swebench-specs", type=Path, help=f"local: a swebench {specs.SPECS_RELEASE} wheel with the "
+                                                       "install specs (default: the cache, downloaded once)")
     p.add_argument("--no-progress", action="store_true")
     return p
 
@@ -131,6 +144,28 @@ def _offline_instances(args: argparse.Namespace, ids: list[str] | None) -> list[
         raise UsageError(str(e)) from None
 
 
+def _local(args: argparse.Namespace, ids: list[str] | None) -> tuple[list[SweInstance], Backend[Any]]:
+    """Real instances from a dataset file and the local backend (sources, env cache, specs)."""
+    from evaluation.swebench.local_env import EnvCache
+    from evaluation.swebench.local_harness import LocalBackend
+    from evaluation.swebench.sources import RepoSources
+
+    dataset = args.dataset or os.environ.get(DATASET_ENV, "")
+    if not dataset:
+        raise UsageError(f"--mode local needs --dataset FILE (a SWE-bench .json/.jsonl/.parquet in the hub's layout) "
+                         f"or ${DATASET_ENV}")
+    if not Path(dataset).is_file():
+        raise UsageError(f"--dataset {dataset}: no such file (local mode reads a dataset file, not the hub)")
+    try:
+        sources = RepoSources.from_args(args.repo_source, github=not args.no_github)
+        instances = modes.load_dataset(dataset, args.split, ids)
+        cache = args.env_cache or specs.default_cache()
+        tables = specs.load_tables(args.swebench_specs, cache)
+    except specs.SpecError as e:
+        raise UsageError(str(e)) from None
+    return instances, LocalBackend(sources, EnvCache(cache, sources), tables, grading=not args.no_grade)
+
+
 def _print_summary(summary: RunSummary, total: int) -> None:
     print(f"{summary.run_dir}: {summary.attempted} attempted, {summary.skipped} already finished, "
           f"{summary.resolved} resolved, {summary.failed} failed of {total}; "
@@ -151,6 +186,8 @@ def run(args: argparse.Namespace) -> int:
                                    has_model=has_model, engine_url=engine_url)
         pre.raise_if_missing()
         instances, backend = pre.instances, modes.DockerBackend()
+    elif mode == modes.LOCAL:
+        instances, backend = _local(args, ids)
     else:
         instances, backend = _offline_instances(args, ids), modes.OfflineBackend(grade=not args.no_grade)
     run_dir = args.output_dir or REPO / "runs" / "swebench" / f"{mode}-{args.policy}"
@@ -167,7 +204,8 @@ def run(args: argparse.Namespace) -> int:
         metadata = {"mode": mode, "harness": harness, "policy": args.policy,
                     "model": str(args.model) if harness == ORACLE else cfg.llm.model,
                     "workers": args.workers, "engine_url": engine_url,
-                    "dataset": args.dataset or "marsbench/SWE-bench_offline", "split": args.split,
+                    "dataset": (args.dataset or os.environ.get(DATASET_ENV, "")) if mode == modes.LOCAL
+                    else args.dataset or "marsbench/SWE-bench_offline", "split": args.split,
                     "started": time.time(), "note": ("ORACLE HARNESS: scripted trajectories applying the gold "
                                                      "patch; every LLM turn is a real engine request")
                     if harness == ORACLE else "real model"}

@@ -7,13 +7,18 @@ would carry (an agent could read the fix in them; swebench's images strip them f
 
 from __future__ import annotations
 
+import os
+import re
 import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from evaluation.swebench.workspace import git_env
 
 FETCH_TIMEOUT_S = 600.0
+#: OWNER/NAME=PATH entries, separated by commas or spaces, taken before any --repo-source.
+SOURCES_ENV = "MARS_SWEBENCH_REPO_SOURCES"
 #: A local source answers a fetch by commit id only with this upload-pack setting.
 _UPLOAD_PACK = "git -c uploadpack.allowAnySHA1InWant=true upload-pack"
 
@@ -38,12 +43,15 @@ class RepoSources:
     github: bool = True
 
     @classmethod
-    def from_args(cls, items: list[str], github: bool = True) -> RepoSources:
-        local: dict[str, Path] = {}
+    def from_args(cls, items: list[str], github: bool = True, environ: Mapping[str, str] = os.environ) -> RepoSources:
+        """--repo-source arguments over the ones in $MARS_SWEBENCH_REPO_SOURCES."""
+        local = dict(parse_source(t) for t in re.split(r"[,\s]+", environ.get(SOURCES_ENV, "")) if t)
+        given: set[str] = set()
         for item in items:
             repo, path = parse_source(item)
-            if repo in local:
+            if repo in given:
                 raise ValueError(f"--repo-source: {repo} is given twice")
+            given.add(repo)
             local[repo] = path
         return cls(local, github)
 

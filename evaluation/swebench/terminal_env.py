@@ -44,9 +44,9 @@ def install() -> None:
     """Wrap `sanitized_env` in the terminal modules (idempotent); AttributeError if the SDK moved it."""
     for name in TERMINAL_MODULES:
         module = importlib.import_module(name)
-        current = module.sanitized_env
+        current = getattr(module, "sanitized_env")  # noqa: B009 - a module found by name
         if not getattr(current, _MARK, False):
-            module.sanitized_env = _wrap(current)
+            setattr(module, "sanitized_env", _wrap(current))  # noqa: B010
 
 
 @contextmanager

@@ -50,6 +50,12 @@ class Backend:
     def agent_workspace(self, ws):
         return str(ws)
 
+    def agent_env(self, ws):
+        return {}
+
+    def test_command(self, instance):
+        return None
+
     def local_path(self, ws):
         return ws
 
