@@ -132,13 +132,26 @@ def simulator_prediction(replayed: list[SessionTrace], costs: EngineCosts, cache
 
 
 def comparison_table(measured: dict[str, dict[str, Any]], predicted: dict[str, dict[str, dict[str, Any]]]) -> str:
-    """Mean / p95 E2E per policy: measured on the engine next to each simulator prediction."""
-    header = ["policy", "measured mean/p95 s"] + [f"sim {label} mean/p95 s" for label in predicted]
+    """Mean / p95 E2E per policy: measured on the engine next to each simulator prediction and its
+    error (predicted / measured - 1), the simulator's fidelity on this workload."""
+    header = ["policy", "measured mean/p95 s"]
+    for label in predicted:
+        header += [f"sim {label} mean/p95 s", "error mean/p95"]
 
     def cell(s: dict[str, Any] | None) -> str:
         return "-" if not s or s.get("mean_e2e_s") is None else f"{s['mean_e2e_s']:.1f} / {s['p95_e2e_s']:.1f}"
 
-    rows = [[n, cell(m)] + [cell(p.get(n)) for p in predicted.values()] for n, m in measured.items()]
+    def error(p: dict[str, Any] | None, m: dict[str, Any]) -> str:
+        if not p or p.get("mean_e2e_s") is None or not m.get("mean_e2e_s") or not m.get("p95_e2e_s"):
+            return "-"
+        return f"{p['mean_e2e_s'] / m['mean_e2e_s'] - 1:+.0%} / {p['p95_e2e_s'] / m['p95_e2e_s'] - 1:+.0%}"
+
+    rows = []
+    for n, m in measured.items():
+        row = [n, cell(m)]
+        for p in predicted.values():
+            row += [cell(p.get(n)), error(p.get(n), m)]
+        rows.append(row)
     widths = [max(len(x) for x in col) for col in zip(header, *rows)]
 
     def fmt(cells: list[str]) -> str:

@@ -142,3 +142,17 @@ def test_bad_input_is_one_error_line(model_dir, tmp_path, capsys, extra, msg):
 def test_missing_model_dir_is_named(tmp_path, capsys):
     rc = bench.main([*SMALL, "--policies", "fcfs", "--model", str(tmp_path / "none"), "--out", str(tmp_path / "o")])
     assert rc == 2 and "--model" in capsys.readouterr().err
+
+
+def test_comparison_table_gives_the_simulators_error_per_policy() -> None:
+    from mars_openhands.replay.bench_output import comparison_table
+
+    measured = {"fcfs": {"mean_e2e_s": 100.0, "p95_e2e_s": 200.0}, "mars": {"mean_e2e_s": 50.0, "p95_e2e_s": 80.0}}
+    predicted = {"cpu-small": {"fcfs": {"mean_e2e_s": 110.0, "p95_e2e_s": 180.0},
+                               "mars": {"mean_e2e_s": None, "p95_e2e_s": None}}}
+    lines = comparison_table(measured, predicted).splitlines()
+    assert "error mean/p95" in lines[0]
+    fcfs = next(line for line in lines if line.startswith("fcfs"))
+    assert "110.0 / 180.0" in fcfs and fcfs.rstrip().endswith("+10% / -10%")
+    mars = next(line for line in lines if line.startswith("mars"))
+    assert mars.rstrip().endswith("-")
