@@ -79,3 +79,16 @@ def test_render_has_the_table_the_verdicts_and_ends_with_the_worst_cell(tmp_path
     assert text.splitlines()[-1] == report.worst_line(cells)
     assert (tmp_path / "matrix.md").read_text().strip() == text
     assert (tmp_path / "heatmap.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_headroom_is_the_best_baseline_over_the_ideal_and_the_overload_line_counts_reach():
+    reachable = {**cell(load="overloaded", fcfs=pol(400, 400, preempt=9), mars=pol(300, 300)),
+                 "ideal_mean_e2e_s": 100.0}
+    beyond = {**cell(family="chatty", load="overloaded", fcfs=pol(140, 140, preempt=9), mars=pol(130, 130)),
+              "ideal_mean_e2e_s": 100.0}
+    assert report.regret(reachable).headroom == 4.0
+    assert abs(report.regret(beyond).headroom - 1.4) < 1e-9
+    assert report.regret(cell(fcfs=pol(100, 100), mars=pol(100, 100))).headroom is None   # no ideal known
+    line = report.summary_lines([reachable, beyond])[1]
+    assert line == ("Overloaded cells: MARS' mean 1.08-1.33x the best baseline's; 1.5x is within reach "
+                    "(headroom >= 1.5) in 1 of 2, met in 0.")
