@@ -11,6 +11,11 @@ realistic output lengths, and the same pauses for tools. Only the sampled text i
 
 One known difference from a real model: the next prompt contains the oracle's reply rather than
 the tokens the engine sampled, so each turn's output tokens (not the prompt) miss the prefix cache.
+
+A prompt longer than the engine's context (real repositories: whole files and test logs in the
+observations) is fitted before it is sent (`fit`): the oldest tool observations are cut short, as
+an agent's condenser would drop them, until prompt and output fit; how many prompt characters that
+took is logged per turn.
 """
 
 from __future__ import annotations
@@ -30,6 +35,36 @@ from evaluation.swebench.records import EngineTurn, JSONDict
 log = logging.getLogger("evaluation.swebench.llm_proxy")
 
 SESSION_HEADERS = ("X-Session-ID", "X-Turn-Index")
+FIT_MARGIN = 64          # tokens kept free beside prompt and output (chat template differences)
+KEEP_CHARS = 400         # what stays of an observation that is cut short
+ELIDED = "\n[... {n} characters elided to fit the engine's context ...]\n"
+
+
+def _text(content: object) -> str | None:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and all(isinstance(p, dict) and p.get("type") == "text" for p in content):
+        return "".join(str(p.get("text", "")) for p in content)
+    return None
+
+
+def elide_observations(messages: list[JSONDict], chars: int) -> int:
+    """Cut the oldest tool observations short until about `chars` characters are gone (in place).
+
+    Keeps the head and the tail of each cut observation; returns the characters removed.
+    """
+    removed = 0
+    for m in messages:
+        if removed >= chars:
+            break
+        text = _text(m.get("content")) if m.get("role") == "tool" else None
+        if text is None or len(text) <= 2 * KEEP_CHARS:
+            continue
+        cut = min(len(text) - 2 * KEEP_CHARS, chars - removed + len(ELIDED))
+        head = (len(text) - cut) // 2
+        m["content"] = text[:head] + ELIDED.format(n=cut) + text[head + cut:]
+        removed += cut - len(ELIDED)
+    return removed
 
 
 class EngineUnavailable(RuntimeError):
@@ -52,6 +87,7 @@ class OracleProxy:
         self.max_output_tokens = max_output_tokens
         self._client = httpx.Client(timeout=httpx.Timeout(timeout_s, connect=10.0), trust_env=False)
         self.engine_model = engine_model or self._discover_model()
+        self.context_len: int | None = None  # the engine's max_model_len, learnt from /tokenize
         self._entries: dict[str, _Entry] = {}
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
@@ -110,12 +146,49 @@ class OracleProxy:
         r = self._client.post(f"{self.engine_url}/tokenize",
                               json={"model": self.engine_model, "prompt": text, "add_special_tokens": False})
         r.raise_for_status()
-        return max(1, min(self.max_output_tokens, int(r.json()["count"])))
+        data = r.json()
+        if isinstance(data.get("max_model_len"), int):
+            self.context_len = data["max_model_len"]
+        return max(1, min(self.max_output_tokens, int(data["count"])))
+
+    def prompt_tokens(self, messages: list[JSONDict], tools: object) -> int:
+        """The chat prompt's length in the engine's tokenizer (with the chat template and tools)."""
+        req: JSONDict = {"model": self.engine_model, "messages": messages, "add_generation_prompt": True}
+        if tools:
+            req["tools"] = tools
+        r = self._client.post(f"{self.engine_url}/tokenize", json=req)
+        r.raise_for_status()
+        return int(r.json()["count"])
+
+    def fit(self, body: JSONDict, n_out: int) -> tuple[list[JSONDict], int]:
+        """The messages to send: the agent's, with old observations cut short where prompt and output
+        would not fit the engine's context; also the characters cut."""
+        messages: list[JSONDict] = body["messages"]
+        if self.context_len is None:
+            return messages, 0
+        chars = len(json.dumps(messages)) + len(json.dumps(body.get("tools") or []))
+        if chars + n_out + FIT_MARGIN + 8 * len(messages) <= self.context_len:
+            return messages, 0  # a token is at least a character: it fits without asking the engine
+        messages = json.loads(json.dumps(messages))
+        cut = 0
+        for _ in range(8):
+            excess = self.prompt_tokens(messages, body.get("tools")) + n_out + FIT_MARGIN - self.context_len
+            if excess <= 0:
+                break
+            removed = elide_observations(messages, 4 * excess)
+            if removed <= 0:
+                break  # nothing left to cut: the engine says why
+            cut += removed
+        return messages, cut
 
     def forward(self, body: JSONDict, headers: dict[str, str], n_out: int) -> JSONDict:
         """The agent's prompt to the engine, with its session tags and a forced output length."""
+        messages, cut = self.fit(body, n_out)
+        if cut:
+            log.info("oracle proxy: %d prompt characters elided to fit the engine's context (%s tokens)",
+                     cut, self.context_len)
         req: JSONDict = {
-            "model": self.engine_model, "messages": body["messages"], "stream": False,
+            "model": self.engine_model, "messages": messages, "stream": False,
             "max_tokens": n_out, "min_tokens": n_out, "ignore_eos": True, "temperature": 0.0,
         }
         if body.get("tools"):

@@ -13,8 +13,10 @@ from typing import Any
 
 
 class FakeEngine:
-    def __init__(self, model: str = "fake-model", fail_chat: bool = False, delay_s: float = 0.0):
+    def __init__(self, model: str = "fake-model", fail_chat: bool = False, delay_s: float = 0.0,
+                 max_model_len: int = 32768):
         self.model = model
+        self.max_model_len = max_model_len
         self.fail_chat = fail_chat
         self.delay_s = delay_s
         self.chats: list[tuple[dict[str, str], dict[str, Any]]] = []
@@ -64,7 +66,8 @@ class FakeEngine:
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
                 if self.path == "/tokenize":
-                    self._reply(200, {"count": max(1, len(body["prompt"]) // 4), "max_model_len": 32768,
+                    text = body["prompt"] if "prompt" in body else json.dumps(body["messages"])
+                    self._reply(200, {"count": max(1, len(text) // 4), "max_model_len": engine.max_model_len,
                                       "tokens": []})
                 elif self.path == "/v1/chat/completions":
                     with engine.lock:

@@ -72,3 +72,27 @@ def test_engine_failure_is_a_502_the_agent_can_retry(fake_engine):
 def test_unreachable_engine_fails_at_start():
     with pytest.raises(EngineUnavailable, match="127.0.0.1:9"):
         OracleProxy("http://127.0.0.1:9")
+
+
+def test_a_prompt_over_the_engines_context_is_fitted_by_cutting_old_observations():
+    from tests.swebench_driver.fake_engine import FakeEngine
+
+    engine = FakeEngine(max_model_len=2000)  # its tokenizer: 4 characters a token
+    try:
+        with OracleProxy(engine.url) as proxy:
+            url = proxy.register("i", Oracle("i", STEPS))
+            old, recent = "A" * 6000, "B" * 3000
+            msgs = [{"role": "system", "content": "sys"}, {"role": "user", "content": "fix it"},
+                    {"role": "assistant", "content": "", "tool_calls": []},
+                    {"role": "tool", "tool_call_id": "1", "content": old},
+                    {"role": "tool", "tool_call_id": "2", "content": [{"type": "text", "text": recent}]}]
+            assert _chat(url, msgs).status_code == 200
+            sent = engine.chats[-1][1]["messages"]
+            assert "characters elided to fit the engine's context" in sent[3]["content"]
+            assert sent[3]["content"].startswith("AAAA") and sent[3]["content"].endswith("AAAA")
+            assert sent[4]["content"] == [{"type": "text", "text": recent}]  # the newest kept whole
+            assert len(json.dumps(sent)) // 4 + engine.chats[-1][1]["max_tokens"] <= 2000
+            assert _chat(url, msgs[:2]).status_code == 200
+            assert engine.chats[-1][1]["messages"] == msgs[:2]  # a prompt that fits goes as it is
+    finally:
+        engine.close()
