@@ -32,6 +32,8 @@ help:
 	@echo "make swebench-gold     grade every bundled task's gold patch on the host (no Docker)"
 	@echo "make swebench-run      SWE-bench through OpenHands agents on a MARS engine (DATASET SPLIT INSTANCES WORKERS POLICY MODEL ENGINE_URL)"
 	@echo "make demo              MARS vs FCFS: the offline SWE-bench set with K concurrent agents, table + plots in runs/demo"
+	@echo "make demo-real         MARS vs FCFS on 10 real SWE-bench Lite instances (SWEBENCH_DATASET, MARS_SWEBENCH_REPO_SOURCES), runs/demo-real"
+	@echo "make swebench-specs    fetch swebench's install specs (its 4.1.0 wheel, from PyPI) into the environment cache"
 
 setup: setup-engine setup-agent
 
@@ -152,11 +154,29 @@ POLICY ?= mars
 MODEL ?= models/tiny
 ENGINE_URL ?=
 MARS_CONFIG ?=
-.PHONY: swebench-run demo
+# MODE=local: real instances without Docker (DATASET or $$SWEBENCH_DATASET, sources from REPO_SOURCES or
+# $$MARS_SWEBENCH_REPO_SOURCES, else GitHub); INSTANCES defaults to the 10 Lite instances measured here;
+# PREDICTIONS=gold|empty|FILE grades those patches instead of running agents.
+MODE ?=
+PREDICTIONS ?=
+REPO_SOURCES ?=
+LOCAL_INSTANCES := @evaluation/swebench/instances/lite-10.txt
+.PHONY: swebench-run demo demo-real swebench-specs
 swebench-run: setup models/tiny/.done
-	$(AGENT_PY) -m evaluation.swebench.run --dataset "$(DATASET)" --split "$(SPLIT)" --instances "$(INSTANCES)" \
+	$(AGENT_PY) -m evaluation.swebench.run --dataset "$(DATASET)" --split "$(SPLIT)" \
+		--instances "$(if $(INSTANCES),$(INSTANCES),$(if $(filter local,$(MODE)),$(LOCAL_INSTANCES)))" \
 		--workers $(WORKERS) --policy $(POLICY) --model $(MODEL) --engine-url "$(ENGINE_URL)" \
-		$(if $(MARS_CONFIG),--config $(MARS_CONFIG))
+		$(if $(MARS_CONFIG),--config $(MARS_CONFIG)) $(if $(MODE),--mode $(MODE)) \
+		$(if $(PREDICTIONS),--predictions $(PREDICTIONS)) $(foreach s,$(REPO_SOURCES),--repo-source=$(s))
+
+swebench-specs: setup-agent
+	$(AGENT_PY) -c "from evaluation.swebench import specs; print(specs.load_tables().source)"
+
+# MARS vs FCFS with K concurrent agents on real instances (evaluation/swebench/demo.py --mode local).
+demo-real: setup models/tiny/.done
+	$(AGENT_PY) -m evaluation.swebench.demo --mode local --kv-cache-bytes 128000000 \
+		$(if $(POLICIES),--policies $(POLICIES)) $(if $(DATASET),--dataset $(DATASET)) \
+		$(if $(INSTANCES),--instances $(INSTANCES)) $(foreach s,$(REPO_SOURCES),--repo-source=$(s))
 
 # POLICIES: e.g. mars,fcfs,continuum (default mars,fcfs); runs and plots go to runs/demo.
 demo: setup models/tiny/.done

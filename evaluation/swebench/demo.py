@@ -1,22 +1,34 @@
-"""`make demo`: the offline SWE-bench set with K concurrent OpenHands agents under MARS, then FCFS.
+"""`make demo` / `make demo-real`: SWE-bench with K concurrent OpenHands agents under MARS, then FCFS.
 
 For each policy: start `mars-openhands serve` on the local model with a scarce KV cache (so the
-agents contend for it), run every bundled task with K concurrent agents (oracle harness: scripted
+agents contend for it), run every task with K concurrent agents (oracle harness: scripted
 trajectories, every LLM turn a real engine request), stop the engine. Then print the comparison
-table (`mars-openhands report`) and write the plots. Runs go to OUT/<policy>; a re-run of an
-interrupted demo resumes them, a finished demo just reports (delete OUT for a fresh measurement).
+table (`mars-openhands report`), the tool-time share and write the plots. Runs go to OUT/<policy>;
+a re-run of an interrupted demo resumes them, a finished demo just reports (delete OUT for a fresh
+measurement).
+
+`--mode offline` (make demo): the bundled tasks. `--mode local` (make demo-real): real SWE-bench
+instances from a dataset file, their repositories from local sources, per-(repo, version)
+environments from swebench's specs (`local_harness.py`), so the agents wait on real pytest runs
+and real file contents. It checks every input first and stops at once naming what to provide,
+then builds (or finds cached) every environment before the first policy runs, so no policy pays
+for a build.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from evaluation.swebench.engine_proc import REPO
 
 DEFAULT_POLICIES = "mars,fcfs"
+REAL_INSTANCES = REPO / "evaluation" / "swebench" / "instances" / "lite-10.txt"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -26,10 +38,74 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", type=Path, default=REPO / "models" / "tiny")
     p.add_argument("--kv-cache-bytes", type=int, default=96_000_000,
                    help="engine KV cache; scarce on purpose (default 96 MB: ~47k tokens of the tiny model)")
-    p.add_argument("--instances", default="", help="subset of the bundled tasks (default all)")
-    p.add_argument("--out", type=Path, default=REPO / "runs" / "demo")
+    p.add_argument("--instances", default="", help="offline: subset of the bundled tasks (default all); "
+                                                   f"local: ids or @FILE (default @{REAL_INSTANCES.relative_to(REPO)})")
+    p.add_argument("--out", type=Path, help="runs and plots (default runs/demo, local: runs/demo-real)")
     p.add_argument("--sim-profile", default="", help="also compare with the simulator on this profile")
+    p.add_argument("--mode", choices=("offline", "local"), default="offline",
+                   help="offline: the bundled tasks; local: real instances (make demo-real)")
+    p.add_argument("--dataset", default="", help="local: a SWE-bench .json/.jsonl file (default $SWEBENCH_DATASET)")
+    p.add_argument("--repo-source", action="append", default=[], metavar="OWNER/NAME=PATH",
+                   help="local: a repository's local clone or mirror (repeatable; also $MARS_SWEBENCH_REPO_SOURCES)")
+    p.add_argument("--github", action="store_true", help="local: clone repositories without a source from GitHub")
+    p.add_argument("--env-cache", type=Path, help="local: the environment cache (default as swebench-run's)")
     return p
+
+
+def preflight_local(args: argparse.Namespace) -> tuple[list[str], Any]:
+    """Every problem with the local demo's inputs at once (UsageError), else the ids and the backend."""
+    from evaluation.swebench import run as swe_run
+    from evaluation.swebench import specs
+    from evaluation.swebench.local_env import EnvError
+
+    problems: list[str] = []
+    dataset = args.dataset or os.environ.get(swe_run.DATASET_ENV, "")
+    if not dataset:
+        problems.append(f"data: pass --dataset FILE or set ${swe_run.DATASET_ENV} (SWE-bench Lite as .jsonl, "
+                        "the hub's layout)")
+    elif not Path(dataset).is_file():
+        problems.append(f"data: {dataset} is not a file")
+    if problems:
+        raise swe_run.UsageError("demo-real cannot start:\n  - " + "\n  - ".join(problems))
+    ns = swe_run.build_parser().parse_args(
+        ["--mode", "local", "--dataset", dataset, "--instances", args.instances or f"@{REAL_INSTANCES}",
+         *[f"--repo-source={r}" for r in args.repo_source], *([] if args.github else ["--no-github"]),
+         *(["--env-cache", str(args.env_cache)] if args.env_cache else [])])
+    ids = swe_run.parse_instances(ns.instances)
+    instances, backend = swe_run._local(ns, ids)
+    for repo in sorted({i.repo for i in instances}):
+        if repo not in backend.sources.local and not args.github:
+            problems.append(f"source: {repo}: pass --repo-source {repo}=PATH (a local clone or mirror), "
+                            "or --github to clone it")
+        elif repo in backend.sources.local and not backend.sources.local[repo].is_dir():
+            problems.append(f"source: {repo}: {backend.sources.local[repo]} is not a directory")
+    for inst in instances:
+        try:
+            spec = backend.spec(inst)
+            backend.cache.find(spec.python)
+        except (specs.SpecError, EnvError) as e:
+            problems.append(f"{inst.instance_id}: {e}")
+    if problems:
+        raise swe_run.UsageError("demo-real cannot start:\n  - " + "\n  - ".join(sorted(set(problems))))
+    for inst in {backend.spec(i).env_name: i for i in instances}.values():  # one instance per environment
+        t0 = time.time()
+        env = backend.cache.ensure(backend.spec(inst), inst)
+        print(f"environment {env.path.name}: ready ({time.time() - t0:.0f} s)", file=sys.stderr)
+    return [i.instance_id for i in instances], backend
+
+
+def tool_share(run_dir: Path) -> str:
+    """The share of the agents' time spent in tools, from the run's recorded trace."""
+    from mars_openhands.workload.trace import read_trace
+
+    path = run_dir / "trace.jsonl"
+    if not path.is_file():
+        return "-"
+    sessions = read_trace(path)
+    tool = sum(t.tool.duration_s for s in sessions for t in s.turns if t.tool is not None)
+    records = [json.loads(line) for line in (run_dir / "output.jsonl").read_text().splitlines() if line.strip()]
+    agent = sum(r["timings"].get("agent_s") or 0.0 for r in records)
+    return f"{100 * tool / agent:.0f}% ({tool:.0f} of {agent:.0f} agent-seconds)" if agent else "-"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,23 +113,42 @@ def main(argv: list[str] | None = None) -> int:
     from mars_openhands import report
 
     args = build_parser().parse_args(argv)
+    target = "demo-real" if args.mode == "local" else "demo"
+    out = args.out or REPO / "runs" / target
     if not (args.model / "config.json").is_file():
-        print(f"demo: error: no model in {args.model}; build it with `make model`", file=sys.stderr)
+        print(f"{target}: error: no model in {args.model}; build it with `make model`", file=sys.stderr)
         return 2
-    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     t0 = time.time()
+    mode_args = ["--mode", "offline", "--instances", args.instances]
+    if args.mode == "local":
+        try:
+            ids, backend = preflight_local(args)
+        except swe_run.UsageError as e:
+            print(f"{target}: error: {e}", file=sys.stderr)
+            return 2
+        mode_args = ["--mode", "local", "--instances", ",".join(ids), "--no-github",
+                     "--env-cache", str(backend.cache.root),
+                     *[f"--repo-source={repo}={path}" for repo, path in backend.sources.local.items()]]
+        if args.github:
+            mode_args.remove("--no-github")
+        if args.dataset:
+            mode_args += ["--dataset", args.dataset]
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     for policy in policies:
         print(f"\n== {policy}: {args.workers} concurrent agents, KV cache {args.kv_cache_bytes / 1e6:.0f} MB ==",
               file=sys.stderr)
-        rc = swe_run.main(["--mode", "offline", "--policy", policy, "--model", str(args.model),
+        rc = swe_run.main([*mode_args, "--policy", policy, "--model", str(args.model),
                            "--workers", str(args.workers), "--kv-cache-bytes", str(args.kv_cache_bytes),
-                           "--instances", args.instances, "--output-dir", str(args.out / policy)])
+                           "--output-dir", str(out / policy)])
         if rc != 0:
-            print(f"demo: the {policy} run ended with status {rc}; re-run `make demo` to resume", file=sys.stderr)
+            print(f"{target}: the {policy} run ended with status {rc}; re-run `make {target}` to resume",
+                  file=sys.stderr)
             return rc
     extra = ["--sim-profile", args.sim_profile] if args.sim_profile else []
-    rc = report.main([*(str(args.out / p) for p in policies), "--out", str(args.out), *extra])
-    print(f"demo: {time.time() - t0:.0f} s in all", file=sys.stderr)
+    rc = report.main([*(str(out / p) for p in policies), "--out", str(out), *extra])
+    for policy in policies:
+        print(f"{policy}: time in tools {tool_share(out / policy)}")
+    print(f"{target}: {time.time() - t0:.0f} s in all", file=sys.stderr)
     return rc
 
 

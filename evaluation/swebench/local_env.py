@@ -4,7 +4,7 @@ Built once from swebench's specs (`specs.py`) and cached under `<cache>/envs/<re
 (the key digests the spec), so later instances and later runs reuse it:
 
 1. the spec's interpreter (Python X.Y) from pyenv, uv or PATH (`find_python`);
-2. `python -m venv`, with pip upgraded (an old interpreter's bundled pip cannot read today's index);
+2. `python -m venv`, with pip brought to swebench's era (`PIP`);
 3. the spec's packages: the repository's requirements file at `environment_setup_commit` for
    "requirements.txt", else its package list (conda names, taken from PyPI); then `pip_packages`;
 4. a tree at `environment_setup_commit`, in which `pre_install` and `install` run, so the project's
@@ -43,9 +43,14 @@ from evaluation.swebench.sources import RepoSources
 from evaluation.swebench.specs import EnvSpec, clean_requirements, conda_to_pip
 
 STAMP = ".mars-env.json"
+#: The pip of swebench's images: new enough for today's index (an old interpreter's bundled pip is
+#: not), old enough to fall back to `setup.py develop` where a project's pinned build backend has no
+#: editable hook (pylint 2.x pins setuptools 62; pip 25 removed that fallback).
+PIP = "pip>=21,<25"
 BUILD_TIMEOUT_S = 1800.0
 _RUNNING: set[subprocess.Popen[bytes]] = set()   # build and install commands in flight
 _RUNNING_LOCK = threading.Lock()
+_STOPPED = threading.Event()   # set by kill_running: no new command starts until allow_running()
 
 
 class EnvError(RuntimeError):
@@ -93,6 +98,8 @@ def run_logged(command: str, *, cwd: Path, env: Mapping[str, str], log: Path, wh
 
     The command runs in its own session (a timeout or `kill_running` ends its whole tree).
     """
+    if _STOPPED.is_set():
+        raise EnvError(f"{what}: not started, the run is stopping")
     with log.open("a") as out:
         out.write(f"\n$ {command}\n")
         out.flush()
@@ -122,8 +129,18 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
     proc.wait()
 
 
+def stopping() -> bool:
+    return _STOPPED.is_set()
+
+
+def allow_running() -> None:
+    """Let commands start again after `kill_running` (a new run in the same process)."""
+    _STOPPED.clear()
+
+
 def kill_running() -> int:
-    """Kill every build or install command still running (Ctrl-C); returns how many."""
+    """Kill every build or install command still running and refuse new ones (Ctrl-C); returns how many."""
+    _STOPPED.set()
     with _RUNNING_LOCK:
         running = list(_RUNNING)
         _RUNNING.clear()
@@ -255,7 +272,7 @@ class EnvCache:
             run = lambda cmd, what, cwd=tmp: run_logged(cmd, cwd=cwd, env=environ, log=build_log, what=what)  # noqa: E731
             run(f"{shlex.quote(str(python))} -m venv {shlex.quote(str(tmp))}", "creating the venv")
             if self.upgrade_pip:
-                run("python -m pip install -q --upgrade pip", "upgrading pip")
+                run(f"python -m pip install -q {shlex.quote(PIP)}", "upgrading pip")
             setup_commit = str(instance.extra.get("environment_setup_commit") or instance.base_commit)
             tree = self.sources.checkout(spec.repo, setup_commit, tmp / ".setup-tree")
             if spec.packages == "requirements.txt":

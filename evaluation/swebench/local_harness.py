@@ -46,7 +46,7 @@ from swebench.harness.utils import make_test_spec
 
 from evaluation.swebench import patches
 from evaluation.swebench.grading import EMPTY, ERROR, RESOLVED, UNRESOLVED, GradeResult, _apply_patch, run_eval_script
-from evaluation.swebench.local_env import EnvCache, PyEnv, run_logged
+from evaluation.swebench.local_env import EnvCache, PyEnv, run_logged, stopping
 from evaluation.swebench.records import JSONDict, Prediction, SweInstance
 from evaluation.swebench.sources import RepoSources
 from evaluation.swebench.specs import EnvSpec, SpecTables, env_spec, test_directives, test_files
@@ -128,6 +128,11 @@ class LocalBackend:
     grade_timeout_s: float = 900.0
     name: str = LOCAL
     _failed: dict[str, str] = field(default_factory=dict)  # environments that failed to build this run
+
+    def __post_init__(self) -> None:
+        from evaluation.swebench.local_env import allow_running
+
+        allow_running()  # a new run: commands may start (an earlier one in this process may have stopped)
 
     def spec(self, instance: SweInstance) -> EnvSpec:
         return env_spec(self.tables, instance.repo, instance.version)
@@ -229,6 +234,9 @@ def grade(backend: LocalBackend, instance: SweInstance, model_patch: str | None,
         if model_patch.strip() and not _apply_patch(ws.tree, patch_file.resolve(), run_log):
             result.error = f"{APPLY_PATCH_FAIL}: the model patch does not apply at {instance.base_commit}"
             return result
+        if stopping():
+            result.error = "interrupted before the tests ran"
+            return result
         script = eval_script(instance, ws.spec, ws)
         (logs / "eval.sh").write_text(script)
         output = logs / LOG_TEST_OUTPUT
@@ -261,3 +269,37 @@ def grade(backend: LocalBackend, instance: SweInstance, model_patch: str | None,
         run_log.append(f"status: {result.status}" + (f" ({result.error})" if result.error else ""))
         (logs / LOG_INSTANCE).write_text("\n".join(run_log) + "\n")
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def grade_all(backend: LocalBackend, patches: dict[str, str | None], instances: list[SweInstance], log_root: Path,
+              workers: int = 1, timeout: float = 900.0) -> list[GradeResult]:
+    """Grade one patch per instance with `workers` threads; logs under log_root/<instance_id>/.
+
+    Ctrl-C kills the builds, installs and tests in flight (they run in their own sessions, out of
+    the terminal's reach) before it propagates.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    todo = [i for i in instances if i.instance_id in patches]
+
+    def one(inst: SweInstance) -> GradeResult:
+        return grade(backend, inst, patches[inst.instance_id], log_dir=log_root / inst.instance_id, timeout=timeout)
+
+    pool = ThreadPoolExecutor(max_workers=max(1, workers))
+    try:
+        return list(pool.map(one, todo))
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        backend.stop()
+        raise
+    finally:
+        pool.shutdown(wait=True)
+
+
+def counts(result: GradeResult) -> str:
+    """FAIL_TO_PASS and PASS_TO_PASS as passed/total (`-` without parsed tests)."""
+    status = result.report.get("tests_status")
+    if not status:
+        return "- | -"
+    return " | ".join(f"{len(status[k]['success'])}/{len(status[k]['success']) + len(status[k]['failure'])}"
+                      for k in ("FAIL_TO_PASS", "PASS_TO_PASS"))

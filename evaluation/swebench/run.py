@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import logging
 import os
 import subprocess
@@ -83,6 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-github", action="store_true", help="local: never clone from GitHub (only --repo-source)")
     p.add_argument("--env-cache", type=Path, help="local: where environments and swebench's specs are cached "
                                                   f"(default ${specs.CACHE_ENV} or ~/.cache/mars-openhands/swebench)")
+    p.add_argument("--predictions", default="", help="local: grade these instead of running agents: 'gold', "
+                                                     "'empty' (no change: the tests before any fix) or a "
+                                                     ".json/.jsonl predictions file")
     p.add_argument("--swebench-specs", type=Path, help=f"local: a swebench {specs.SPECS_RELEASE} wheel with the "
                                                        "install specs (default: the cache, downloaded once)")
     p.add_argument("--no-progress", action="store_true")
@@ -166,6 +170,38 @@ def _local(args: argparse.Namespace, ids: list[str] | None) -> tuple[list[SweIns
     return instances, LocalBackend(sources, EnvCache(cache, sources), tables, grading=not args.no_grade)
 
 
+def _grade_local(args: argparse.Namespace, instances: list[SweInstance], backend: Any) -> int:
+    """`--predictions`: grade gold, empty or given patches of real instances (no engine, no agents)."""
+    from evaluation.swebench.evaluate import load_predictions, summarize
+    from evaluation.swebench.local_harness import counts, grade_all
+
+    if args.predictions in ("gold", "empty"):
+        patches: dict[str, str | None] = {i.instance_id: i.patch if args.predictions == "gold" else ""
+                                          for i in instances}
+        model = args.predictions
+    else:
+        try:
+            preds = load_predictions(args.predictions, [i.instance_id for i in instances], Path("."))
+        except FileNotFoundError as e:
+            raise UsageError(str(e)) from None
+        patches = {p.instance_id: p.model_patch for p in preds}
+        model = preds[0].model_name_or_path.replace("/", "__") if preds else "None"
+    run_dir = args.output_dir or REPO / "runs" / "swebench" / f"local-{model}"
+    t0 = time.time()
+    print(f"grading {len(patches)} {model} patches with {args.workers} workers (environments: "
+          f"{backend.cache.envs})", file=sys.stderr)
+    results = grade_all(backend, patches, instances, run_dir / "logs", args.workers)
+    print("| instance | status | FAIL_TO_PASS | PASS_TO_PASS | s | error |\n|---|---|---:|---:|---:|---|")
+    for r in results:
+        print(f"| {r.instance_id} | {r.status} | {counts(r)} | {r.duration_s:.1f} | {(r.error or '')[:120]} |")
+    summary = summarize(results, "local", model, len(instances))
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / f"{model}.local.json").write_text(json.dumps(summary, indent=2) + "\n")
+    print(f"{run_dir}: resolved {summary['resolved_instances']}, unresolved {summary['unresolved_instances']}, "
+          f"error {summary['error_instances']} of {len(results)}; {time.time() - t0:.0f} s", file=sys.stderr)
+    return 0
+
+
 def _print_summary(summary: RunSummary, total: int) -> None:
     print(f"{summary.run_dir}: {summary.attempted} attempted, {summary.skipped} already finished, "
           f"{summary.resolved} resolved, {summary.failed} failed of {total}; "
@@ -188,6 +224,8 @@ def run(args: argparse.Namespace) -> int:
         instances, backend = pre.instances, modes.DockerBackend()
     elif mode == modes.LOCAL:
         instances, backend = _local(args, ids)
+        if args.predictions:
+            return _grade_local(args, instances, backend)
     else:
         instances, backend = _offline_instances(args, ids), modes.OfflineBackend(grade=not args.no_grade)
     run_dir = args.output_dir or REPO / "runs" / "swebench" / f"{mode}-{args.policy}"

@@ -311,3 +311,43 @@ def test_terminal_env_is_per_thread():
         t.join()
     assert seen == {"a": "/envs/a", "b": "/envs/b"}
     assert tmux_pane_pool.sanitized_env().get("VIRTUAL_ENV") != "/envs/a"
+
+
+def test_stop_kills_a_build_in_flight_and_refuses_new_commands(tmp_path, source):
+    import os
+    import time
+
+    from evaluation.swebench import local_env
+
+    sources = RepoSources({REPO: source[0]}, github=False)
+    slow = LocalBackend(sources, EnvCache(tmp_path / "c", sources, find=lambda v: Path(sys.executable),
+                                          upgrade_pip=False), _tables(install="sleep 60"))
+    errors: list[BaseException] = []
+
+    def build() -> None:
+        try:
+            slow.prepare(_instance(source[2], source[1]), tmp_path)
+        except BaseException as e:  # noqa: BLE001 - the test inspects it
+            errors.append(e)
+
+    t = threading.Thread(target=build)
+    t.start()
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        with local_env._RUNNING_LOCK:
+            running = [p for p in local_env._RUNNING if "sleep" in str(p.args)]
+        if running:
+            break
+        time.sleep(0.2)
+    assert running, "the install never started"
+    t0 = time.time()
+    slow.stop()
+    t.join(timeout=20)
+    assert not t.is_alive() and time.time() - t0 < 20
+    assert isinstance(errors[0], EnvError)
+    with pytest.raises(ProcessLookupError):
+        os.kill(running[0].pid, 0)
+    assert [p.name for p in (tmp_path / "c" / "envs").iterdir() if p.is_dir()] == []
+    with pytest.raises(EnvError, match="the run is stopping"):
+        local_env.run_logged("true", cwd=tmp_path, env={}, log=tmp_path / "l", what="x")
+    local_env.allow_running()
