@@ -23,9 +23,12 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from evaluation.swebench.engine_proc import REPO
+
+if TYPE_CHECKING:
+    from evaluation.swebench.local_harness import LocalBackend
 
 DEFAULT_POLICIES = "mars,fcfs"
 REAL_INSTANCES = REPO / "evaluation" / "swebench" / "instances" / "lite-10.txt"
@@ -52,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def preflight_local(args: argparse.Namespace) -> tuple[list[str], Any]:
+def preflight_local(args: argparse.Namespace) -> tuple[list[str], LocalBackend]:
     """Every problem with the local demo's inputs at once (UsageError), else the ids and the backend."""
     from evaluation.swebench import run as swe_run
     from evaluation.swebench import specs

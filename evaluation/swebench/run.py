@@ -28,7 +28,7 @@ import sys
 import time
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from evaluation.swebench import modes, specs
 from evaluation.swebench.driver import MODEL, ORACLE, Backend, Driver, DriverConfig, RunSummary
@@ -44,6 +44,9 @@ from mars_openhands.openhands.config import (
     WorkspaceConfig,
     load_config,
 )
+
+if TYPE_CHECKING:
+    from evaluation.swebench.local_harness import LocalBackend
 
 OFFLINE_DATASETS = ("marsbench/SWE-bench_offline", "offline", "")
 DATASET_ENV = "SWEBENCH_DATASET"
@@ -148,10 +151,10 @@ def _offline_instances(args: argparse.Namespace, ids: list[str] | None) -> list[
         raise UsageError(str(e)) from None
 
 
-def _local(args: argparse.Namespace, ids: list[str] | None) -> tuple[list[SweInstance], Backend[Any]]:
+def _local(args: argparse.Namespace, ids: list[str] | None) -> tuple[list[SweInstance], LocalBackend]:
     """Real instances from a dataset file and the local backend (sources, env cache, specs)."""
     from evaluation.swebench.local_env import EnvCache
-    from evaluation.swebench.local_harness import LocalBackend
+    from evaluation.swebench.local_harness import LocalBackend  # noqa: F811 - the runtime import
     from evaluation.swebench.sources import RepoSources
 
     dataset = args.dataset or os.environ.get(DATASET_ENV, "")
@@ -170,7 +173,7 @@ def _local(args: argparse.Namespace, ids: list[str] | None) -> tuple[list[SweIns
     return instances, LocalBackend(sources, EnvCache(cache, sources), tables, grading=not args.no_grade)
 
 
-def _grade_local(args: argparse.Namespace, instances: list[SweInstance], backend: Any) -> int:
+def _grade_local(args: argparse.Namespace, instances: list[SweInstance], backend: LocalBackend) -> int:
     """`--predictions`: grade gold, empty or given patches of real instances (no engine, no agents)."""
     from evaluation.swebench.evaluate import load_predictions, summarize
     from evaluation.swebench.local_harness import counts, grade_all
