@@ -69,6 +69,8 @@ from vllm.v1.request import Request, RequestStatus
 
 from mars_openhands.core import ActiveWindow, EngineShape, Pin, Policy, build_policy
 from mars_openhands.core import Request as CoreRequest
+from mars_openhands.core.ordering import FcfsOrdering
+from mars_openhands.core.victim import NewestVictim
 from mars_openhands.events import Event, SessionEnded, ToolCancelled, ToolFinished, ToolStarted, parse_event
 from mars_openhands.vllm.internals import check_scheduler_internals
 from mars_openhands.vllm.scheduler_path import scheduler_class_path  # noqa: F401 (re-export)
@@ -401,6 +403,11 @@ class MarsSchedulerMixin(_SchedulerBase):
         self.mars.observe_kv(self.kv_cache_manager.block_pool.get_num_free_blocks(), demand)
 
     def _order(self, now: float) -> None:
+        if self._native_order():
+            # Request FCFS is vLLM's own discipline (admission order running, preempted calls
+            # first when waiting): left as vLLM keeps it, so `fcfs` schedules exactly as stock.
+            self.running = _VictimList(self.running)
+            return
         creqs, requests = self._creqs, self.requests
         running = [creqs[r.request_id] for r in self.running]   # synced by the last step
         self.running = _VictimList([requests[c.request_id] for c in self._ordered(running, now)])
@@ -417,6 +424,9 @@ class MarsSchedulerMixin(_SchedulerBase):
             holding = sorted(self.kv_holding_waiting, key=lambda r: r.priority)   # stable
             self.kv_holding_waiting.clear()
             self.kv_holding_waiting.extend(holding)
+
+    def _native_order(self) -> bool:
+        return not self.by_priority and type(self.mars.ordering) is FcfsOrdering
 
     def _ordered(self, creqs: list[CoreRequest], now: float) -> list[CoreRequest]:
         """The policy's order; with `--scheduling-policy priority`, by request priority first
@@ -448,9 +458,13 @@ class MarsSchedulerMixin(_SchedulerBase):
         known = request.num_tokens - num_computed_tokens
         if known <= 1:
             return n
-        c.computed_tokens = min(num_computed_tokens, request.num_prompt_tokens)
-        # past the prompt, known > 1 tokens are a resumed request recomputing its own outputs
+        computed = c.computed_tokens = min(num_computed_tokens, request.num_prompt_tokens)
+        if known > request.num_prompt_tokens - computed:
+            # A resumed request recomputes its prompt and outputs as one prefill: the policy sees
+            # it past the prompt (`remaining` then bounds the chunk, not the prompt's end).
+            c.computed_tokens = request.num_prompt_tokens
         capped = self.mars.chunk_tokens(c, n, remaining=known)
+        c.computed_tokens = computed
         if capped < n:
             self.mars_counters["quantum_capped_chunks"] += 1
         return max(1, capped)
@@ -503,11 +517,14 @@ class MarsSchedulerMixin(_SchedulerBase):
         if self.by_priority and pool:      # only the lowest priority class (largest value) yields
             worst = max(r.priority for r in pool)
             pool = [r for r in pool if r.priority == worst]
-        candidates = [self._sync_blocks(self._creqs[r.request_id]) for r in pool]
-        if not candidates:
+        if not pool:
             return None
-        victim_c = self.mars.choose_victim(candidates)
-        victim = self.requests[victim_c.request_id]
+        if type(self.mars.victim) is NewestVictim and self._native_order():
+            victim = pool[-1]               # newest in vLLM's own order: stock's `running.pop()`
+            victim_c = self._sync_blocks(self._creqs[victim.request_id])
+        else:
+            victim_c = self.mars.choose_victim([self._sync_blocks(self._creqs[r.request_id]) for r in pool])
+            victim = self.requests[victim_c.request_id]
         list.remove(running, victim)
         self.mars.on_preempted(victim_c, self.clock())
         self.mars_counters["preemptions"] += 1
