@@ -17,7 +17,10 @@ in the same order, and never reach into its strategies or context, so a rule is 
             `on_step(scheduled, waiting, now)` and `observe_prefill(tokens, seconds)`.
   finish    `on_request_finished(req, blocks, now)` -> pins to release + an offer to pin the
             call's blocks; the engine pins them and calls `record_pin(...)`.
-  events    `on_event(event)` -> pins to release now (tool cancelled, session ended).
+  events    `on_event(event)` -> pins to release now (tool cancelled, session ended). Tool events
+            of a session not seen yet are held until its next call; a tool start named
+            `core.boundaries.INFERRED_TOOL` is inferred from a call that ended with tool calls and
+            ends at the session's next call, for sessions that send no events of their own.
 """
 from __future__ import annotations
 
@@ -25,6 +28,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from mars_openhands.core.boundaries import BoundaryInference, HeldEvents, is_inferred
 from mars_openhands.core.context import PolicyContext
 from mars_openhands.core.model import Pin, PinOffer, Request, Session
 from mars_openhands.core.strategies import (
@@ -80,6 +84,10 @@ class Policy:
     idle_release_s: float = 30.0
     stale_tool_s: float = 3600.0
     forget_after_s: float = 3600.0
+    #: Tool boundaries inferred for sessions that send no events, and tool events held for sessions
+    #: not seen yet (replicas behind a router; `core.boundaries`).
+    boundaries: BoundaryInference = field(default_factory=BoundaryInference)
+    held: HeldEvents = field(default_factory=HeldEvents)
     _next_tick: float = field(default=-math.inf, repr=False)
     _next_idle_scan: float = field(default=-math.inf, repr=False)
 
@@ -92,6 +100,12 @@ class Policy:
         s = ctx.sessions.get(req.session_id)
         if s is None:
             s = ctx.sessions[req.session_id] = Session(req.session_id, now, req.prompt_tokens)
+        if self.held:
+            for ev in self.held.take(req.session_id, now):    # (tool plane and retention saw them)
+                self._session_event(s, ev)         # a session new here holds no pin to release
+        inferred = self.boundaries.end(req.session_id, now)
+        if inferred is not None:
+            self.retention.observe(inferred, ctx)
         if s.turns_finished:
             growth = max(0, req.prompt_tokens - s.context_tokens)
             ctx.turn_growth_tokens += GROWTH_EMA * (growth - ctx.turn_growth_tokens)
@@ -361,36 +375,64 @@ class Policy:
         elif isinstance(ev, CpuTelemetry):
             ctx.cpu.update(ev)
         elif isinstance(ev, SessionEvent):
-            s = ctx.sessions.get(ev.session_id)
+            if is_inferred(ev):
+                assert isinstance(ev, ToolStarted)
+                self._infer_tool(ctx.sessions.get(ev.session_id), ev)
+                return release
+            # The tool plane and the learnt tool times take every tool at once; what concerns the
+            # session itself waits for the session if this engine has not seen it yet.
             if isinstance(ev, ToolStarted):
                 ctx.cpu.tools_in_flight += 1
-                if s is not None:
-                    s.in_tool = ev
-                    pin = ctx.pins.get(ev.session_id)
-                    if pin is not None:
-                        expires = self.retention.reprice(pin, s, ctx)
-                        if expires is not None:
-                            pin.expires_s = expires
             elif isinstance(ev, (ToolFinished, ToolCancelled)):
                 ctx.cpu.tools_in_flight = max(0, ctx.cpu.tools_in_flight - 1)
                 if isinstance(ev, ToolFinished):
                     ctx.cpu.observe_wait(ev.queue_wait_s)
-                if s is not None:
-                    s.in_tool = None
-                if isinstance(ev, ToolCancelled):
-                    release.extend(self._pop_pin(ev.session_id))
-            elif isinstance(ev, SessionEnded):
-                if s is not None:
-                    release.extend(self._end_session(s))
-                else:
-                    release.extend(self._pop_pin(ev.session_id))
+            if isinstance(ev, (ToolStarted, ToolFinished, ToolCancelled, SessionEnded)):
+                self.boundaries.real_event(ev)
+            s = ctx.sessions.get(ev.session_id)
+            if not (s is None and isinstance(ev, (ToolStarted, ToolFinished, ToolCancelled))
+                    and self.held.hold(ev, ctx.now)):     # held: applied at the session's next call
+                release.extend(self._session_event(s, ev))
         self.retention.observe(ev, ctx)
         return release
+
+    def _session_event(self, s: Session | None, ev: SessionEvent) -> list[Pin]:
+        """What a session event changes for its session (None: unknown here); pins to release."""
+        if isinstance(ev, ToolStarted):
+            if s is not None:
+                s.in_tool = ev
+                self._reprice_pin(s)
+        elif isinstance(ev, (ToolFinished, ToolCancelled)):
+            if s is not None:
+                s.in_tool = None
+            if isinstance(ev, ToolCancelled):
+                return self._pop_pin(ev.session_id)
+        elif isinstance(ev, SessionEnded):
+            return self._end_session(s) if s is not None else self._pop_pin(ev.session_id)
+        return []
+
+    def _infer_tool(self, s: Session | None, ev: ToolStarted) -> None:
+        """An inferred tool start: only between two calls of a known session that sends no events
+        and declared no tool; priced and learnt like a real one, never counted on the tool plane."""
+        if (s is None or s.turns != s.turns_finished or s.in_tool is not None
+                or not self.boundaries.start(ev)):
+            return
+        s.in_tool = ev
+        self._reprice_pin(s)
+        self.retention.observe(ev, self.ctx)
+
+    def _reprice_pin(self, s: Session) -> None:
+        pin = self.ctx.pins.get(s.session_id)
+        if pin is not None:
+            expires = self.retention.reprice(pin, s, self.ctx)
+            if expires is not None:
+                pin.expires_s = expires
 
     def _end_session(self, s: Session) -> list[Pin]:
         """Forget an ended session; its pin, if any, is returned for the engine to release."""
         ctx = self.ctx
         pins = self._pop_pin(s.session_id)
+        self.boundaries.forget(s.session_id)
         self.retention.on_session_ended(s, ctx)
         if s.holds_slot:
             s.holds_slot = False
@@ -411,4 +453,5 @@ class Policy:
                 "pinned_blocks": ctx.pins.total_blocks, "tools_in_flight": ctx.cpu.tools_in_flight,
                 "tool_workers": ctx.cpu.tool_workers, "ema_tool_queue_wait_s": ctx.cpu.ema_queue_wait_s,
                 "kv_usage": ctx.kv.usage,
-                "admission": self.admission.stats() if self.admission else {"window": None}}
+                "admission": self.admission.stats() if self.admission else {"window": None},
+                "boundaries": {**self.boundaries.stats(), **self.held.stats()}}
