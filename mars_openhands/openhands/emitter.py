@@ -1,7 +1,10 @@
 """Deliver boundary events to the engine without ever slowing or breaking the agent.
 
 `emit()` only appends to a bounded in-memory buffer (microseconds); one daemon thread drains it in
-batches to `POST {events_url}` as `{"events": [Event.to_dict(), ...]}`. A failed post is retried with
+batches to `POST {events_url}` as `{"events": [Event.to_dict(), ...]}`. One POST carries one session's
+events, with that session in the `X-Session-ID` header: a router with session affinity (vllm-router's
+`consistent_hash`) then sends them to the replica that serves the session's LLM calls (events of no
+session, telemetry, go without the header). A failed post is retried with
 exponential backoff (tenacity); a batch that still fails, or an event that finds the buffer full, is
 dropped and counted, and the first drop of each outage is logged. At exit the buffer is flushed for
 at most `exit_flush_timeout_s`, so a dead engine never holds the agent's process open.
@@ -13,6 +16,7 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +27,17 @@ from mars_openhands.events import Event
 from mars_openhands.openhands.config import EmitterConfig
 
 log = logging.getLogger("mars_openhands.emitter")
+
+#: The header a session-affinity router hashes on (the LLM calls carry it too).
+SESSION_HEADER = "X-Session-ID"
+
+
+def by_session(batch: Sequence[Event]) -> list[tuple[str | None, list[Event]]]:
+    """`batch` split into one group per session (None: no session), first-seen order, each in order."""
+    groups: dict[str | None, list[Event]] = {}
+    for ev in batch:
+        groups.setdefault(getattr(ev, "session_id", None), []).append(ev)
+    return list(groups.items())
 
 
 class _Retryable(Exception):
@@ -149,9 +164,9 @@ class EventEmitter:
             self._in_flight = n
             return batch
 
-    def _post(self, body: dict[str, Any]) -> None:
+    def _post(self, body: dict[str, Any], headers: dict[str, str]) -> None:
         try:
-            r = self._client.post(self._url, json=body)
+            r = self._client.post(self._url, json=body, headers=headers)
         except httpx.HTTPError as e:
             raise _Retryable(f"{type(e).__name__}: {e}") from e
         if r.status_code >= 500 or r.status_code == 429:
@@ -159,15 +174,16 @@ class EventEmitter:
         if r.status_code >= 400:  # the engine rejected the batch: retrying cannot help
             raise RuntimeError(f"HTTP {r.status_code}: {r.text[:200]}")
 
-    def _send(self, batch: list[Event]) -> str | None:
-        """Post one batch with retries; returns why it failed, or None when delivered."""
+    def _send(self, batch: list[Event], session_id: str | None = None) -> str | None:
+        """Post one session's events with retries; returns why it failed, or None when delivered."""
         body = {"events": [e.to_dict() for e in batch]}
+        headers = {SESSION_HEADER: session_id} if session_id else {}
         retrying = Retrying(stop=stop_after_attempt(self._attempts),
                             wait=wait_exponential(multiplier=self._backoff[0], max=self._backoff[1]),
                             retry=retry_if_exception_type(_Retryable), reraise=True,
                             before_sleep=lambda _: self._count_retry())
         try:
-            retrying(self._post, body)
+            retrying(self._post, body, headers)
         except Exception as e:  # noqa: BLE001 - delivery must never raise into the agent
             return str(e) or type(e).__name__
         return None
@@ -180,10 +196,13 @@ class EventEmitter:
             batch = self._take_batch()
             if batch is None:
                 return
-            failure = self._send(batch)
+            for session_id, events in by_session(batch):
+                failure = self._send(events, session_id)
+                with self._cond:
+                    if self._in_flight:  # zero when close() gave up on this batch and counted it
+                        self._count(len(events), failure)
+                        self._in_flight -= len(events)
             with self._cond:
-                if self._in_flight:  # zero when close() gave up on this batch and counted it
-                    self._count(len(batch), failure)
                 self._in_flight = 0
                 self._cond.notify_all()
 
