@@ -12,7 +12,7 @@ The adapter is a thin translation layer; every rule lives in `mars_openhands.cor
   left unsorted in steps where no request slot is free: its order cannot matter then).
 - prefill quanta: `_reserve_prefill_lookahead` (the last hook before every allocation, running and
   waiting alike) caps a prefill chunk, a resumed request's recompute of its outputs included, at
-  `Policy.chunk_tokens`.
+  `Policy.chunk_tokens` (not with chunked prefill off: then no prefill is split, nor shrunk).
 - allocation failure: the KV manager's `allocate_slots` is wrapped; on failure it retries with
   `Policy.shrink` sizes, then revokes pins in `Policy.revocation_order`, then returns None so
   vLLM's loop preempts. `running.pop()` (the only call vLLM's FCFS path uses to pick a victim) is
@@ -456,8 +456,8 @@ class MarsSchedulerMixin(_SchedulerBase):
         # tokens, or the 1 + k rows vLLM pads a new request whose prompt is fully cached to. With
         # at most one known token left this is a decode step, sized by vLLM and left alone.
         known = request.num_tokens - num_computed_tokens
-        if known <= 1:
-            return n
+        if known <= 1 or not self.scheduler_config.enable_chunked_prefill:
+            return n               # a decode; or chunking is off: the adapter splits no prefill
         computed = c.computed_tokens = min(num_computed_tokens, request.num_prompt_tokens)
         if known > request.num_prompt_tokens - computed:
             # A resumed request recomputes its prompt and outputs as one prefill: the policy sees
@@ -478,16 +478,18 @@ class MarsSchedulerMixin(_SchedulerBase):
             if self._shrunk:
                 self._shrunk.pop(request.request_id, None)
             return blocks
-        # A decode (its draft or padding rows included) is never split: vLLM schedules it whole.
+        # A decode (its draft or padding rows included) is never split: vLLM schedules it whole;
+        # nor is a prefill when chunked prefill is off.
         known = (request.num_tokens - request.num_computed_tokens
                  - kwargs.get("num_new_computed_tokens", 0) - kwargs.get("num_external_computed_tokens", 0))
-        blocks = self._try_sizes(request, num_new_tokens, args, kwargs, tried=True) if known > 1 else None
+        splittable = known > 1 and self.scheduler_config.enable_chunked_prefill
+        blocks = self._try_sizes(request, num_new_tokens, args, kwargs, tried=True) if splittable else None
         if blocks is None:
             for pin in self.mars.revocation_order():
                 if self.mars.release_pin(pin.session_id) is None:
                     continue
                 self._unpin(pin, "revoked")
-                blocks = (self._try_sizes(request, num_new_tokens, args, kwargs) if known > 1
+                blocks = (self._try_sizes(request, num_new_tokens, args, kwargs) if splittable
                           else self._stock_allocate(request, num_new_tokens, *args, **kwargs))
                 if blocks is not None:
                     break

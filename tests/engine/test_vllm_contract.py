@@ -120,3 +120,16 @@ def test_a_hook_vllm_no_longer_calls_is_named(monkeypatch):
     finally:
         monkeypatch.undo()
         internals._static_problems.cache_clear()
+
+
+def test_with_chunked_prefill_off_the_adapter_splits_no_prefill(model_dir):
+    def chunks(chunked: bool) -> list[int]:
+        s = make_scheduler(FcfsScheduler, model_dir, max_tokens_per_step=512, max_model_len=512,
+                           chunked_prefill=chunked)
+        install(s, ordering=KeyOrdering(quantum=32))
+        h = Harness(s)
+        s.add_request(make_request("a", prompt(1, 200), max_tokens=2))
+        h.run()
+        return [step["a"] for step in h.history if step.get("a", 0) > 1]
+    assert max(chunks(True)) == 32                # the quantum caps each chunk
+    assert chunks(False) == [200]                 # the whole prompt in one step, as vLLM is told
