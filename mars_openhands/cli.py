@@ -40,6 +40,8 @@ PROG = "mars-openhands"
 DISPATCH: dict[str, tuple[str, str, str]] = {
     "serve": ("mars_openhands.vllm.serve", "engine", "serve a model with vLLM under a MARS/baseline scheduler"),
     "bench-engine": ("mars_openhands.replay.bench", "engine", "replay a trace against the real engine"),
+    "cluster": ("mars_openhands.cluster.cli", "engine",
+                "N engines behind vllm-router with session affinity (serve), their summed stats (stats)"),
     "run": ("mars_openhands.openhands.run", "agent", "run OpenHands agents against a served model"),
     "record": ("mars_openhands.openhands.record", "agent", "record OpenHands conversations as a mars-trace"),
     "report": ("mars_openhands.report", "core", "build the results report"),
