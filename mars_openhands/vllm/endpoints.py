@@ -11,6 +11,8 @@
 - `mars_*` gauges and counters in vLLM's own `/metrics`, refreshed from the same stats.
 - a middleware that folds `x-litellm-session-id` / `prompt_cache_key` into `X-Session-ID` (see
   `mars_openhands.vllm.session` for the precedence).
+- a middleware that reports a chat completion ending with `finish_reason == "tool_calls"` as an
+  inferred tool start of its session (`mars_openhands.vllm.boundaries`), for agents without events.
 
 vLLM loads endpoint plugins only when named in `VLLM_PLUGINS`; `mars-openhands serve` does that.
 """
@@ -28,6 +30,7 @@ from fastapi.responses import JSONResponse
 from starlette.datastructures import State
 
 from mars_openhands.events import EventError, parse_batch
+from mars_openhands.vllm.boundaries import ToolCallBoundaryMiddleware
 from mars_openhands.vllm.plugin import EVENTS_METHOD, HISTORY_METHOD, STATS_METHOD
 
 TOKEN_ENV = "MARS_EVENTS_TOKEN"
@@ -169,6 +172,7 @@ class MarsEndpoints:
         router.add_api_route("/mars/v1/events", post_events, methods=["POST"])
         router.add_api_route("/mars/v1/stats", get_stats, methods=["GET"])
         app.include_router(router)
+        app.add_middleware(ToolCallBoundaryMiddleware)   # inside the next one: sees its X-Session-ID
         app.add_middleware(SessionIdMiddleware)
         from mars_openhands.vllm.metrics import MarsCollector
         app.state.mars_collector = MarsCollector.install()
