@@ -351,3 +351,42 @@ def test_stop_kills_a_build_in_flight_and_refuses_new_commands(tmp_path, source)
     with pytest.raises(EnvError, match="the run is stopping"):
         local_env.run_logged("true", cwd=tmp_path, env={}, log=tmp_path / "l", what="x")
     local_env.allow_running()
+
+
+# ---- command lines ---------------------------------------------------------------------------
+
+def test_local_mode_needs_a_dataset_file(monkeypatch, capsys):
+    from evaluation.swebench import run
+
+    monkeypatch.delenv("SWEBENCH_DATASET", raising=False)
+    assert run.main(["--mode", "local", "--predictions", "gold"]) == 2
+    assert "--mode local needs --dataset FILE" in capsys.readouterr().err
+    assert run.main(["--mode", "local", "--predictions", "gold", "--dataset", "/nonexistent.jsonl"]) == 2
+    assert "no such file" in capsys.readouterr().err
+
+
+def test_demo_real_stops_at_once_naming_what_to_provide(monkeypatch, capsys, tmp_path, source):
+    from evaluation.swebench import demo
+
+    monkeypatch.delenv("SWEBENCH_DATASET", raising=False)
+    monkeypatch.delenv("MARS_SWEBENCH_REPO_SOURCES", raising=False)
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    assert demo.main(["--mode", "local", "--model", str(model), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "demo-real cannot start" in err and "data: pass --dataset FILE or set $SWEBENCH_DATASET" in err
+    # with data but no source, and a spec whose Python is missing: both named, nothing started
+    wheel = tmp_path / "swebench-4.1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.writestr(specs.SPECS_MODULE, f"MAP_REPO_VERSION_TO_SPECS_PY = {{'{REPO}': {{'{VERSION}': "
+                                       "{'python': '2.1', 'test_cmd': 'pytest'}}}\n")
+    monkeypatch.setenv(specs.SPECS_ENV, str(wheel))
+    data = tmp_path / "lite.jsonl"
+    data.write_text(json.dumps(_instance(source[2], source[1]).to_dict()) + "\n")
+    assert demo.main(["--mode", "local", "--model", str(model), "--dataset", str(data), "--instances",
+                      "psf__requests-9999", "--env-cache", str(tmp_path / "c"), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "source: psf/requests: pass --repo-source psf/requests=PATH" in err
+    assert "Python 2.1 not found" in err and "pyenv install 2.1" in err
+    assert not (tmp_path / "o").exists()
