@@ -209,6 +209,19 @@ def _print_summary(summary: RunSummary, total: int) -> None:
     print(f"{summary.run_dir}: {summary.attempted} attempted, {summary.skipped} already finished, "
           f"{summary.resolved} resolved, {summary.failed} failed of {total}; "
           f"{summary.wall_s:.1f} s{' (interrupted: re-run to resume)' if summary.interrupted else ''}")
+    env_errors = environment_errors(summary.run_dir)
+    if env_errors:
+        print(f"{len(env_errors)} graded as environment errors (not the agents' failures): "
+              + "; ".join(f"{iid}: {err}" for iid, err in env_errors.items()))
+
+
+def environment_errors(run_dir: Path) -> dict[str, str]:
+    """Instances whose grading failed for the environment (e.g. tests that need the network)."""
+    from evaluation.swebench.local_harness import ENVIRONMENT_ERROR
+    from evaluation.swebench.outputs import RunFiles
+
+    return {r.instance_id: str(r.report.get("error")) for r in RunFiles(run_dir).records()
+            if r.report and str(r.report.get("error") or "").startswith(ENVIRONMENT_ERROR)}
 
 
 def run(args: argparse.Namespace) -> int:

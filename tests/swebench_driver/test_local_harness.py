@@ -408,3 +408,20 @@ def test_tool_stats_classify_commands_and_compare_with_the_calibration(tmp_path)
     text = tool_stats.tables(tool_stats.durations([tmp_path / "run"]))
     assert "| tests | 3 |" in text and "| measured (3 calls) | 33% | 33% | 33% |" in text
     assert tool_stats.main([str(tmp_path / "missing")]) == 2
+
+
+def test_environment_errors_are_counted_apart_from_agent_failures(tmp_path, capsys):
+    from evaluation.swebench import run
+    from evaluation.swebench.driver import RunSummary
+    from evaluation.swebench.outputs import RunFiles
+    from evaluation.swebench.records import RunRecord, Timings
+
+    files = RunFiles(tmp_path)
+    for iid, report in (("a", {"status": "error", "resolved": False,
+                               "error": "environment error: network_unreachable ('x')"}),
+                        ("b", {"status": "unresolved", "resolved": False, "error": None})):
+        files.append(RunRecord(iid, "oracle", "local", "", None, "finished", Timings(0.0, 1.0, 1.0, 1.0),
+                               report=report), "m")
+    assert run.environment_errors(tmp_path) == {"a": "environment error: network_unreachable ('x')"}
+    run._print_summary(RunSummary(tmp_path, attempted=2), 2)
+    assert "1 graded as environment errors (not the agents' failures): a: environment error" in capsys.readouterr().out
