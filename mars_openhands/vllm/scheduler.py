@@ -353,9 +353,15 @@ class MarsSchedulerMixin(_SchedulerBase):
         return dropped + super().finish_requests(request_ids, finished_status)
 
     def _drop_held(self, request: Request, status: RequestStatus) -> None:
-        """Finish a parked or overflow call: it holds no blocks and the model never saw it."""
+        """Finish a parked or overflow call: it holds no blocks and the model never saw it. Its id
+        is reported finished as vLLM reports an aborted waiting request (to the model runner and,
+        with several front ends, to the one that sent it)."""
+        rid = request.request_id
         request.status = status
-        self.requests.pop(request.request_id, None)
+        self.requests.pop(rid, None)
+        self.finished_req_ids.add(rid)
+        if self.finished_req_ids_dict is not None:
+            self.finished_req_ids_dict[request.client_index].add(rid)
         self._forget(request, aborted=True)
 
     def get_request_counts(self) -> tuple[int, int]:

@@ -211,7 +211,10 @@ def test_shutdown_abort_of_all_requests_includes_parked_ones(model_dir):
     install(s, admission=Gate())
     s.add_request(make_request("p", prompt(1, 40), session="n"))
     aborted = s.finish_requests(None, RequestStatus.FINISHED_ABORTED)
-    assert [r.request_id for r in aborted] == ["p"] and not s.has_requests()
+    assert [r.request_id for r in aborted] == ["p"] and not s.requests
+    assert s.finished_req_ids == {"p"}              # reported once, as vLLM does for a waiting abort
+    Harness(s).step()
+    assert not s.has_requests()
 
 
 def test_active_window_keeps_later_calls_in_fcfs_overflow(model_dir):
