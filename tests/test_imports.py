@@ -36,6 +36,7 @@ ALLOWED: dict[str, set[str]] = {
     "mars_openhands.matrix": _mars("cli_args", "core", "events", "metrics", "plots", "results", "sim", "workload"),
     "mars_openhands.report": _mars("metrics", "openhands", "plots", "results", "sim", "workload"),
     "mars_openhands.cli": _mars("cli_args", "core", "matrix", "metrics", "plots", "results", "sim", "workload"),
+    "mars_openhands.cluster": _mars("core"),
     # the edges: patches build on the OpenHands integration; the evaluation may use anything
     "runtime_patches": _mars("openhands"),
     "evaluation": {"runtime_patches"},

@@ -14,8 +14,8 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mars_openhands.cluster.router import AFFINITY_POLICY, RouterProcess, router_command
-from mars_openhands.replay.server import EngineServer, free_port
+from mars_openhands.cluster.process import ManagedProcess, free_port
+from mars_openhands.cluster.router import AFFINITY_POLICY, router_command
 
 
 @dataclass
@@ -58,6 +58,12 @@ class ClusterSpec:
         return env
 
 
+def serve_command(python: str, policy: str, model: Path, port: int, vllm_args: list[str]) -> list[str]:
+    """One replica: `mars-openhands serve` (vLLM under the policy's scheduler class, MARS plugins)."""
+    return [python, "-m", "mars_openhands.cli", "serve", "--policy", policy, "--model", str(model),
+            "--port", str(port), *vllm_args]
+
+
 class Cluster:
     """The replicas and the router of one `ClusterSpec`."""
 
@@ -65,16 +71,14 @@ class Cluster:
                  say: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)) -> None:
         self.spec, self.say = spec, say
         spec.log_dir.mkdir(parents=True, exist_ok=True)
-        self.replicas: list[EngineServer] = []
-        for i, port in enumerate(spec.replica_ports):
-            server = EngineServer(spec.policy, spec.model, spec.log_dir / f"replica-{i}.log", spec.vllm_args,
-                                  port=port, python=python)
-            env = spec.replica_env(i)
-            if env:          # `env VAR=... python ...` execs the launcher: the same process, its variables
-                server.command = ["env", *(f"{k}={v}" for k, v in env.items()), *server.command]
-            self.replicas.append(server)
+        self.replicas = [
+            ManagedProcess(f"replica {i}", serve_command(python, spec.policy, spec.model, port, spec.vllm_args),
+                           f"http://127.0.0.1:{port}", spec.log_dir / f"replica-{i}.log",
+                           env={"VLLM_HOST_IP": "127.0.0.1", **spec.replica_env(i)})
+            for i, port in enumerate(spec.replica_ports)]
         self.url = f"http://{'127.0.0.1' if spec.host in ('0.0.0.0', '::') else spec.host}:{spec.port}"
-        self.router = RouterProcess(
+        self.router = ManagedProcess(
+            "vllm-router",
             router_command([r.url for r in self.replicas], policy=spec.router_policy, host=spec.host,
                            port=spec.port, prometheus_port=spec.prometheus_port or free_port(),
                            extra=spec.router_args),
@@ -91,7 +95,7 @@ class Cluster:
         try:
             for future in as_completed([pool.submit(r.start, timeout_s) for r in self.replicas]):
                 future.result()              # the first replica that fails stops the lot at once
-            self.router.start()
+            self.router.start(60.0)
         except BaseException:
             self.stop()
             raise
@@ -101,10 +105,9 @@ class Cluster:
     def check(self) -> bool:
         """Report replicas that exited (once each); False once the router or every replica is gone."""
         for i, r in enumerate(self.replicas):
-            if i not in self._reported and (r.proc is None or r.proc.poll() is not None):
+            if i not in self._reported and not r.alive():
                 self._reported.add(i)
-                status = r.proc.returncode if r.proc is not None else "?"
-                self.say(f"cluster: replica {i} ({r.url}) exited with status {status}; the router moves "
+                self.say(f"cluster: replica {i} ({r.url}) exited with status {r.returncode}; the router moves "
                          f"its sessions to the others (log: {r.log_path})")
         if not self.router.alive():
             self.say(f"cluster: the router exited; last log lines:\n{self.router.log_tail()}")

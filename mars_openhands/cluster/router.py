@@ -9,14 +9,9 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
-import subprocess
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
-
-import httpx
 
 #: `--policy` values of vllm-router 0.1.17.
 ROUTER_POLICIES = ("consistent_hash", "round_robin", "random", "cache_aware", "kv_aware", "power_of_two",
@@ -26,7 +21,7 @@ AFFINITY_POLICY = "consistent_hash"
 
 
 class RouterError(RuntimeError):
-    """The router is missing or did not come up (the message says which, with its log's tail)."""
+    """vllm-router is not installed."""
 
 
 def router_executable() -> str:
@@ -59,58 +54,3 @@ def router_command(worker_urls: Sequence[str], *, policy: str = AFFINITY_POLICY,
     if prometheus_port is not None:
         cmd += ["--prometheus-port", str(prometheus_port)]
     return cmd + list(extra)
-
-
-class RouterProcess:
-    """The router in its own process group, logged to a file; `stop` leaves nothing of it behind."""
-
-    def __init__(self, command: list[str], url: str, log_path: Path) -> None:
-        self.command, self.url, self.log_path = command, url, log_path
-        self.proc: subprocess.Popen | None = None
-
-    def start(self, timeout_s: float = 60.0) -> None:
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, start_new_session=True)
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RouterError(f"vllm-router exited with status {self.proc.returncode}; "
-                                  f"last log lines:\n{self.log_tail()}")
-            try:
-                if httpx.get(self.url + "/health", timeout=2.0).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        self.stop()
-        raise RouterError(f"vllm-router not healthy after {timeout_s:.0f} s; last log lines:\n{self.log_tail()}")
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def log_tail(self, lines: int = 20) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no log)"
-
-    def stop(self, grace_s: float = 10.0) -> None:
-        if self.proc is None:
-            return
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            try:
-                os.killpg(self.proc.pid, sig)
-            except ProcessLookupError:
-                break
-            try:
-                self.proc.wait(grace_s)
-                break
-            except subprocess.TimeoutExpired:
-                continue
-        try:                                   # anything of the group that outlived its leader
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.proc.wait()
-        self.proc = None
