@@ -184,9 +184,9 @@ class Driver(Generic[W]):
             instruction = render_instruction(instance, str(local) if local is not None else "/testbed")
             cfg = self._agent_config(instance, local) if local is not None else self.config.agent
             variables = self.backend.agent_env(workspace)
-            if variables:
+            if variables and local is not None:
                 terminal_env.install()
-            with terminal_env.activated(variables):
+            with terminal_env.for_directory(local or Path.cwd(), variables if local is not None else {}):
                 outcome = self.agent_fn(cfg, instruction, self.backend.agent_workspace(workspace),
                                         persistence_dir=idir / "conversation", stop=self.stop,
                                         on_start=self.live.add, on_end=self.live.discard)

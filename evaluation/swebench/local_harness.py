@@ -90,6 +90,20 @@ def log_parser_name(repo: str) -> str:
     return next(name for name, fn in PARSER_REGISTRY.items() if fn is parser)
 
 
+def shell_home(folder: Path, env: PyEnv) -> Path:
+    """A HOME for an agent's interactive shell: its .bashrc runs the user's own, gives HOME back, and
+    puts the task's environment first on PATH again (user rc files often prepend pyenv or conda
+    shims, which would otherwise hide the environment's `python`)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    real = Path.home()
+    (folder / ".bashrc").write_text(
+        f"if [ -f {shlex.quote(str(real / '.bashrc'))} ]; then . {shlex.quote(str(real / '.bashrc'))}; fi\n"
+        f"export HOME={shlex.quote(str(real))}\n"
+        f"export VIRTUAL_ENV={shlex.quote(str(env.path))}\n"
+        f"export PATH={shlex.quote(str(env.path / 'bin'))}:\"$PATH\"\n")
+    return folder
+
+
 @dataclass
 class LocalWorkspace:
     """An instance's tree and environment, both under `root` (removed as one)."""
@@ -179,7 +193,9 @@ class LocalBackend:
         return str(workspace.tree)
 
     def agent_env(self, workspace: LocalWorkspace) -> dict[str, str]:
-        return workspace.env.variables(workspace.spec.version)
+        """The environment's variables, and a HOME whose .bashrc re-activates it (`shell_home`)."""
+        return {**workspace.env.variables(workspace.spec.version),
+                "HOME": str(shell_home(workspace.root / "home", workspace.env))}
 
     def local_path(self, workspace: LocalWorkspace) -> Path:
         return workspace.tree

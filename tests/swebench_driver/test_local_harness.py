@@ -7,6 +7,7 @@ interpreter's site-packages instead of the package registry.
 from __future__ import annotations
 
 import json
+import os
 import site
 import subprocess
 import sys
@@ -183,6 +184,10 @@ def test_workspace_is_at_base_with_setup_committed_and_no_history(backend, sourc
         out = subprocess.run(["bash", "-c", "python -c 'import sys, pytest; print(sys.prefix)'"],
                              env=ws.env.environ(), capture_output=True, text=True)
         assert out.stdout.strip() == str(ws.env.path), out.stderr
+        # an interactive shell (the agent's terminal) keeps it first on PATH after the user's .bashrc
+        shell = subprocess.run(["bash", "-i", "-c", "python -c 'import sys; print(sys.prefix)'; echo $HOME"],
+                               env={**os.environ, **env}, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        assert shell.stdout.split() == [str(ws.env.path), str(Path.home())], shell.stderr
     finally:
         backend.remove_workspace(ws)
     assert not ws.root.exists()
@@ -293,64 +298,31 @@ def test_generic_spec_rules():
 
 # ---- the agent's terminal --------------------------------------------------------------------
 
-def test_terminal_env_is_per_thread():
+def test_terminal_env_follows_the_terminals_working_directory(tmp_path):
     from openhands.tools.terminal.terminal import tmux_pane_pool
 
     terminal_env.install()
     terminal_env.install()  # idempotent
-    seen: dict[str, str | None] = {}
+    assert getattr(tmux_pane_pool.TmuxPanePool.initialize, "__mars_terminal_env__", False)
+    seen: list[tuple[str, str | None]] = []
 
-    def agent(name: str) -> None:
-        with terminal_env.activated({"VIRTUAL_ENV": f"/envs/{name}"}):
-            seen[name] = tmux_pane_pool.sanitized_env().get("VIRTUAL_ENV")
+    def init(self):  # what a terminal's initialize does with the environment, without starting tmux
+        seen.append((self.work_dir, tmux_pane_pool.sanitized_env().get("VIRTUAL_ENV")))
 
-    threads = [threading.Thread(target=agent, args=(n,)) for n in ("a", "b")]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert seen == {"a": "/envs/a", "b": "/envs/b"}
-    assert tmux_pane_pool.sanitized_env().get("VIRTUAL_ENV") != "/envs/a"
-
-
-def test_stop_kills_a_build_in_flight_and_refuses_new_commands(tmp_path, source):
-    import os
-    import time
-
-    from evaluation.swebench import local_env
-
-    sources = RepoSources({REPO: source[0]}, github=False)
-    slow = LocalBackend(sources, EnvCache(tmp_path / "c", sources, find=lambda v: Path(sys.executable),
-                                          upgrade_pip=False), _tables(install="sleep 60"))
-    errors: list[BaseException] = []
-
-    def build() -> None:
-        try:
-            slow.prepare(_instance(source[2], source[1]), tmp_path)
-        except BaseException as e:  # noqa: BLE001 - the test inspects it
-            errors.append(e)
-
-    t = threading.Thread(target=build)
-    t.start()
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        with local_env._RUNNING_LOCK:
-            running = [p for p in local_env._RUNNING if "sleep" in str(p.args)]
-        if running:
-            break
-        time.sleep(0.2)
-    assert running, "the install never started"
-    t0 = time.time()
-    slow.stop()
-    t.join(timeout=20)
-    assert not t.is_alive() and time.time() - t0 < 20
-    assert isinstance(errors[0], EnvError)
-    with pytest.raises(ProcessLookupError):
-        os.kill(running[0].pid, 0)
-    assert [p.name for p in (tmp_path / "c" / "envs").iterdir() if p.is_dir()] == []
-    with pytest.raises(EnvError, match="the run is stopping"):
-        local_env.run_logged("true", cwd=tmp_path, env={}, log=tmp_path / "l", what="x")
-    local_env.allow_running()
+    wrapped = terminal_env._wrap_init(init)
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir(), b.mkdir()
+    with terminal_env.for_directory(a, {"VIRTUAL_ENV": "/envs/a"}), \
+            terminal_env.for_directory(b, {"VIRTUAL_ENV": "/envs/b"}):
+        threads = [threading.Thread(target=wrapped, args=(type("T", (), {"work_dir": str(d)})(),)) for d in (a, b)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert sorted(seen) == [(str(a), "/envs/a"), (str(b), "/envs/b")]
+    wrapped(type("T", (), {"work_dir": str(a)})())  # after the block: the process's own environment
+    assert seen[-1] == (str(a), os.environ.get("VIRTUAL_ENV"))
+    assert terminal_env.variables_for(a) == {}
 
 
 # ---- command lines ---------------------------------------------------------------------------
