@@ -1,11 +1,13 @@
 """`mars-openhands cluster serve`: 2 real CPU engines under MARS behind the real vllm-router (slow).
 
 Sessions' calls and events land on one replica each (each replica's `/mars/v1/stats?session=`
-says so); killing a replica leaves the other serving, the moved session starting afresh there;
-Ctrl-C leaves no process of the cluster behind. About 2-5 minutes on 2 cores.
+says so); an agent that sends no events gets inferred tool boundaries from its calls' `tool_calls`
+finishes; killing a replica leaves the other serving, the moved session starting afresh there;
+Ctrl-C leaves no process of the cluster behind. About 3-5 minutes on 2 cores.
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -21,6 +23,7 @@ pytest.importorskip("vllm_router", reason="needs vllm-router (the engine environ
 httpx = pytest.importorskip("httpx")
 psutil = pytest.importorskip("psutil")
 
+from mars_openhands.cli import main as cli_main  # noqa: E402
 from mars_openhands.cluster.process import free_port  # noqa: E402
 from mars_openhands.events import ToolFinished, ToolStarted  # noqa: E402
 from mars_openhands.openhands.config import EmitterConfig  # noqa: E402
@@ -50,7 +53,7 @@ def cluster(tmp_path_factory):
     cmd = [sys.executable, "-m", "mars_openhands.cli", "cluster", "serve", "--replicas", "2",
            "--policy", "mars", "--model", str(TINY), "--port", str(port), "--replica-ports", ports,
            "--log-dir", str(logs), "--tool-workers", "2", "--max-model-len", "2048",
-           "--kv-cache-memory-bytes", str(64 << 20)]
+           "--kv-cache-memory-bytes", str(64 << 20), "--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
     out = open(logs / "cluster.out", "w")
     proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     base = f"http://127.0.0.1:{port}"
@@ -94,7 +97,27 @@ def _kinds(history: dict) -> list[str]:
     return [e["event"] for e in history["history"]]
 
 
-def test_sessions_land_on_one_replica_each_and_a_killed_replica_leaves_the_other_serving(cluster):
+def test_an_agent_without_events_gets_inferred_tool_boundaries(cluster):
+    _, client, model, replicas, _ = cluster
+    tool = {"type": "function", "function": {"name": "terminal", "description": "run a command",
+                                             "parameters": {"type": "object", "properties": {}}}}
+    for turn in range(2):          # a forced tool call, cut after its first call: finish "tool_calls"
+        r = client.post("/v1/chat/completions", headers={"X-Session-ID": "no-events"},
+                        json={"model": model, "max_tokens": 400, "tools": [tool], "tool_choice": "required",
+                              "stop": ["</tool_call>"], "include_stop_str_in_output": True,
+                              "messages": [{"role": "user", "content": f"turn {turn}: run the tests"}]})
+        assert r.status_code == 200 and r.json()["choices"][0]["finish_reason"] == "tool_calls", r.text
+        time.sleep(0.5)
+    home = [r for r in replicas if _history(r, "no-events") is not None]
+    assert len(home) == 1
+    assert _kinds(_history(home[0], "no-events")).count("tool_started") == 2
+    tool_started = [e for e in _history(home[0], "no-events")["history"] if e["event"] == "tool_started"]
+    assert {e["tool_name"] for e in tool_started} == {"mars:inferred"}
+    boundaries = httpx.get(home[0] + "/mars/v1/stats", timeout=30).json()["boundaries"]
+    assert boundaries["inferred_tools"] == 2 and boundaries["inferred_tools_measured"] == 1
+
+
+def test_sessions_land_on_one_replica_each_and_a_killed_replica_leaves_the_other_serving(cluster, capsys):
     proc, client, model, replicas, logs = cluster
     # First calls of a few sessions: the router's hash spreads them; keep one session per replica.
     home: dict[str, str] = {}
@@ -132,6 +155,11 @@ def test_sessions_land_on_one_replica_each_and_a_killed_replica_leaves_the_other
         assert kinds.count("tool_started") == 3 and kinds.count("tool_finished") == 3   # events followed
         other = next(r for r in replicas if r != replica)
         assert _history(other, sid) is None                                              # nothing elsewhere
+    capsys.readouterr()
+    assert cli_main(["cluster", "stats", "--router", str(client.base_url).rstrip("/"), "--json"]) == 0
+    total = json.loads(capsys.readouterr().out)["total"]
+    assert total["replicas_up"] == 2 and total["known_sessions"] >= len(home)
+    assert total["counters"]["events"] >= 6 * len(chosen)    # every event reached some replica
 
     # Kill one replica (its launcher's process group, like a crash); the other keeps serving.
     dead, alive = replicas
