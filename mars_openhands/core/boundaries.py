@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import TypeGuard
 
 from mars_openhands.events import Event, SessionEnded, ToolCancelled, ToolFinished, ToolStarted
 
@@ -26,7 +27,7 @@ AgentEvent = ToolStarted | ToolFinished | ToolCancelled | SessionEnded
 HeldEvent = ToolStarted | ToolFinished | ToolCancelled
 
 
-def is_inferred(ev: Event) -> bool:
+def is_inferred(ev: Event) -> TypeGuard[ToolStarted]:
     return isinstance(ev, ToolStarted) and ev.tool_name == INFERRED_TOOL
 
 

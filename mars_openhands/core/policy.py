@@ -376,8 +376,8 @@ class Policy:
             ctx.cpu.update(ev)
         elif isinstance(ev, SessionEvent):
             if is_inferred(ev):
-                assert isinstance(ev, ToolStarted)
-                self._infer_tool(ctx.sessions.get(ev.session_id), ev)
+                if not self.ignores(ev) and self.boundaries.start(ev):
+                    self._infer_tool(ctx.sessions[ev.session_id], ev)
                 return release
             # The tool plane and the learnt tool times take every tool at once; what concerns the
             # session itself waits for the session if this engine has not seen it yet.
@@ -411,12 +411,19 @@ class Policy:
             return self._end_session(s) if s is not None else self._pop_pin(ev.session_id)
         return []
 
-    def _infer_tool(self, s: Session | None, ev: ToolStarted) -> None:
-        """An inferred tool start: only between two calls of a known session that sends no events
-        and declared no tool; priced and learnt like a real one, never counted on the tool plane."""
-        if (s is None or s.turns != s.turns_finished or s.in_tool is not None
-                or not self.boundaries.start(ev)):
-            return
+    def ignores(self, ev: Event) -> bool:
+        """True for an event that would change nothing: an inferred tool start of a session that is
+        unknown, has a call in the engine, declared its tool or sends its own events (an engine
+        need not record it)."""
+        if not is_inferred(ev):
+            return False
+        s = self.ctx.sessions.get(ev.session_id)
+        return (s is None or s.turns != s.turns_finished or s.in_tool is not None
+                or self.boundaries.evented(ev.session_id))
+
+    def _infer_tool(self, s: Session, ev: ToolStarted) -> None:
+        """An inferred tool start (between two calls of a session that sends no events and declared
+        no tool): priced and learnt like a real one, never counted on the tool plane."""
         s.in_tool = ev
         self._reprice_pin(s)
         self.retention.observe(ev, self.ctx)

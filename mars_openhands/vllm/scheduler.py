@@ -669,6 +669,8 @@ class MarsSchedulerMixin(_SchedulerBase):
         parsed = [parse_event(e) for e in events]
         now = self.clock()
         for ev in parsed:
+            if self.mars.ignores(ev):       # an inferred tool start of a session with its own events
+                continue
             self._record_event(ev, now)
             for pin in self.mars.on_event(ev):
                 self._unpin(pin, ev.TYPE)

@@ -61,6 +61,7 @@ def test_real_events_take_precedence_over_inferred_ones():
 def test_an_inferred_start_is_ignored_while_a_call_is_in_the_engine_or_a_tool_was_declared():
     p = build_policy("mars", SHAPE)
     p.on_request_arrival(Request("b1", "b", 0.0, 500), 0.0)
+    assert p.ignores(inferred("b", 0.5)) and not p.ignores(ToolStarted("b", 0.5, "terminal"))
     p.on_event(inferred("b", 0.5))                        # next call already arrived: too late
     assert p.session("b").in_tool is None and p.boundaries.inferred == 0
     p.on_event(inferred("nobody", 0.5))                   # unknown session: nothing to infer for
