@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -232,8 +232,17 @@ def parse_batch(body: Any) -> list[Event]:
     return out
 
 
+def by_session(events: Sequence[Event]) -> list[tuple[str | None, list[Event]]]:
+    """`events` split into one group per session (None: telemetry), in first-seen order, each group
+    in order: what one POST may carry behind a router that routes by session (`X-Session-ID`)."""
+    groups: dict[str | None, list[Event]] = {}
+    for ev in events:
+        groups.setdefault(getattr(ev, "session_id", None), []).append(ev)
+    return list(groups.items())
+
+
 __all__ = [
     "Event", "EventError", "TurnSubmitted", "PrefillStarted", "TurnFinished", "ToolStarted",
     "ToolFinished", "ToolCancelled", "SessionEnded", "SessionEvent", "EngineTelemetry", "CpuTelemetry",
-    "EVENT_TYPES", "parse_event", "parse_batch",
+    "EVENT_TYPES", "parse_event", "parse_batch", "by_session",
 ]

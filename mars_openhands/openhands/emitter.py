@@ -16,28 +16,19 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
-from mars_openhands.events import Event
+from mars_openhands.events import Event, by_session
 from mars_openhands.openhands.config import EmitterConfig
 
 log = logging.getLogger("mars_openhands.emitter")
 
 #: The header a session-affinity router hashes on (the LLM calls carry it too).
 SESSION_HEADER = "X-Session-ID"
-
-
-def by_session(batch: Sequence[Event]) -> list[tuple[str | None, list[Event]]]:
-    """`batch` split into one group per session (None: no session), first-seen order, each in order."""
-    groups: dict[str | None, list[Event]] = {}
-    for ev in batch:
-        groups.setdefault(getattr(ev, "session_id", None), []).append(ev)
-    return list(groups.items())
 
 
 class _Retryable(Exception):

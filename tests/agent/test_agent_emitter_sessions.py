@@ -7,9 +7,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from mars_openhands.events import CpuTelemetry, ToolFinished, ToolStarted, parse_batch
+from mars_openhands.events import CpuTelemetry, ToolFinished, ToolStarted, by_session, parse_batch
 from mars_openhands.openhands.config import EmitterConfig
-from mars_openhands.openhands.emitter import EventEmitter, by_session
+from mars_openhands.openhands.emitter import EventEmitter
 
 pytestmark = pytest.mark.agent
 
