@@ -59,6 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--router-arg", action="append", default=[], metavar="ARG",
                    help="one more vllm-router argument, e.g. --router-arg=--enable-program-scheduling "
                         "(repeatable)")
+    s.add_argument("--router-metrics-port", type=int, default=None,
+                   help="the router's Prometheus port (vllm-router --prometheus-port; default: a free port)")
     s.add_argument("--gpus-per-replica", type=_non_negative, default=0,
                    help="GPUs per replica: replica i gets CUDA_VISIBLE_DEVICES [i*g, (i+1)*g) (default 0: unset)")
     s.add_argument("--cpu-cores-per-replica", type=_non_negative, default=0,
@@ -93,7 +95,8 @@ def serve(args: argparse.Namespace, vllm_args: list[str]) -> int:
                            port=args.port, replica_ports=args.replica_ports or [],
                            router_policy=args.router_policy, vllm_args=vllm_args, router_args=args.router_arg,
                            gpus_per_replica=args.gpus_per_replica,
-                           cpu_cores_per_replica=args.cpu_cores_per_replica)
+                           cpu_cores_per_replica=args.cpu_cores_per_replica,
+                           prometheus_port=args.router_metrics_port)
         cluster = Cluster(spec)
     except (ValueError, RouterError) as e:
         raise UsageError(str(e)) from None
@@ -116,7 +119,8 @@ def serve(args: argparse.Namespace, vllm_args: list[str]) -> int:
     try:
         cluster.start(args.start_timeout)
         print(f"cluster: {spec.replicas} x {spec.policy} behind vllm-router ({spec.router_policy}) at "
-              f"{cluster.url}\n  replicas: {' '.join(cluster.replica_urls)}\n  logs: {spec.log_dir}\n"
+              f"{cluster.url}\n  replicas: {' '.join(cluster.replica_urls)}\n"
+              f"  router metrics: port {cluster.metrics_port} (/metrics)\n  logs: {spec.log_dir}\n"
               f"  stats: mars-openhands cluster stats --router {cluster.url}", file=sys.stderr, flush=True)
         rc = cluster.run()
     except KeyboardInterrupt:

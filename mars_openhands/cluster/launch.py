@@ -76,11 +76,13 @@ class Cluster:
                            f"http://127.0.0.1:{port}", spec.log_dir / f"replica-{i}.log",
                            env={"VLLM_HOST_IP": "127.0.0.1", **spec.replica_env(i)})
             for i, port in enumerate(spec.replica_ports)]
-        self.url = f"http://{'127.0.0.1' if spec.host in ('0.0.0.0', '::') else spec.host}:{spec.port}"
+        local = "127.0.0.1" if spec.host in ("0.0.0.0", "::") else spec.host
+        self.url = f"http://{local}:{spec.port}"
+        self.metrics_port = spec.prometheus_port or free_port()
         self.router = ManagedProcess(
             "vllm-router",
             router_command([r.url for r in self.replicas], policy=spec.router_policy, host=spec.host,
-                           port=spec.port, prometheus_port=spec.prometheus_port or free_port(),
+                           port=spec.port, prometheus_port=self.metrics_port,
                            extra=spec.router_args),
             self.url, spec.log_dir / "router.log")
         self._reported: set[int] = set()
