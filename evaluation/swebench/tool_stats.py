@@ -32,6 +32,7 @@ def command_class(tool: str, command: str) -> str:
         return "file view" if command.startswith("view") else "file edit"
     if tool != "terminal":
         return tool
+    command = re.sub(r"^\s*cd\s+\S+\s*&&\s*", "", command)  # the workspace path says nothing (".../pytest-...")
     for name, pattern in _CLASSES:
         if re.search(pattern, command):
             return name

@@ -372,6 +372,7 @@ def test_tool_stats_classify_commands_and_compare_with_the_calibration(tmp_path)
     assert tool_stats.command_class("terminal", "cd /w && PYTHONWARNINGS=x bin/test -C") == "tests"
     assert tool_stats.command_class("terminal", "python -m pip install -e .") == "pip"
     assert tool_stats.command_class("terminal", "grep -rn foo . | head") == "search"
+    assert tool_stats.command_class("terminal", "cd /w/swe-pytest-dev__pytest-1/repo && git status") == "git"
     assert tool_stats.command_class("file_editor", "view /w/a.py") == "file view"
     assert tool_stats.command_class("file_editor", "str_replace /w/a.py") == "file edit"
     turns = tuple(Turn(100, 10, ToolCall("terminal", d, 1.0, "pytest -rA")) for d in (0.5, 5.0, 60.0))
