@@ -25,6 +25,7 @@ in the same order, and never reach into its strategies or context, so a rule is 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -88,6 +89,9 @@ class Policy:
     #: not seen yet (replicas behind a router; `core.boundaries`).
     boundaries: BoundaryInference = field(default_factory=BoundaryInference)
     held: HeldEvents = field(default_factory=HeldEvents)
+    #: Tools each session has counted on the tool plane: a finish without its start here (the start
+    #: went to another replica) changes nothing, and a session forgotten or ended takes its own out.
+    _tools: Counter[str] = field(default_factory=Counter, repr=False)
     _next_tick: float = field(default=-math.inf, repr=False)
     _next_idle_scan: float = field(default=-math.inf, repr=False)
 
@@ -206,6 +210,7 @@ class Policy:
                 forget.append(s.session_id)
         for sid in forget:
             s = ctx.sessions.pop(sid)
+            self._uncount_tools(sid)
             if s.holds_slot:
                 ctx.admitted_active -= 1
         return released
@@ -383,8 +388,14 @@ class Policy:
             # session itself waits for the session if this engine has not seen it yet.
             if isinstance(ev, ToolStarted):
                 ctx.cpu.tools_in_flight += 1
+                self._tools[ev.session_id] += 1
             elif isinstance(ev, (ToolFinished, ToolCancelled)):
-                ctx.cpu.tools_in_flight = max(0, ctx.cpu.tools_in_flight - 1)
+                counted = self._tools[ev.session_id]
+                if counted:
+                    self._tools[ev.session_id] = counted - 1
+                    if counted == 1:
+                        del self._tools[ev.session_id]
+                    ctx.cpu.tools_in_flight = max(0, ctx.cpu.tools_in_flight - 1)
                 if isinstance(ev, ToolFinished):
                     ctx.cpu.observe_wait(ev.queue_wait_s)
             if isinstance(ev, (ToolStarted, ToolFinished, ToolCancelled, SessionEnded)):
@@ -428,6 +439,12 @@ class Policy:
         self._reprice_pin(s)
         self.retention.observe(ev, self.ctx)
 
+    def _uncount_tools(self, session_id: str) -> None:
+        """Take a session's counted tools off the tool plane (it ended or was forgotten here)."""
+        n = self._tools.pop(session_id, 0)
+        if n:
+            self.ctx.cpu.tools_in_flight = max(0, self.ctx.cpu.tools_in_flight - n)
+
     def _reprice_pin(self, s: Session) -> None:
         pin = self.ctx.pins.get(s.session_id)
         if pin is not None:
@@ -440,6 +457,7 @@ class Policy:
         ctx = self.ctx
         pins = self._pop_pin(s.session_id)
         self.boundaries.forget(s.session_id)
+        self._uncount_tools(s.session_id)
         self.retention.on_session_ended(s, ctx)
         if s.holds_slot:
             s.holds_slot = False

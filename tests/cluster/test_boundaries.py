@@ -135,3 +135,22 @@ def test_a_moved_session_leaves_its_pin_to_expire_on_the_old_replica():
     assert new.session("a").turns == 1 and new.pin("a") is None
     assert [x.session_id for x in old.expired_pins(pin.expires_s)] == ["a"]
     assert old.ctx.pins.total_blocks == 0
+
+
+def test_a_tool_whose_session_moved_leaves_the_tool_planes_when_the_session_is_forgotten():
+    old, new = build_policy("mars", SHAPE), build_policy("mars", SHAPE)
+    for p in (old, new):
+        call(p, "stay", 0.0, 1.0)
+        p.on_event(ToolStarted("stay", 1.0, "terminal"))
+    call(old, "mover", 0.0, 1.0)
+    old.on_event(ToolStarted("mover", 1.0, "terminal"))
+    assert old.ctx.cpu.tools_in_flight == 2
+    new.on_event(ToolFinished("mover", 5.0, "terminal", 4.0))      # its start was counted elsewhere
+    assert new.ctx.cpu.tools_in_flight == 1
+    old.on_event(ToolFinished("stay", 2.0, "terminal", 1.0))
+    later = 1.0 + old.forget_after_s                                 # "mover" never comes back here
+    old.expired_pins(later)
+    old.release_idle(later)
+    assert old.session("mover") is None and old.ctx.cpu.tools_in_flight == 0
+    new.on_event(SessionEnded("stay", 6.0))                         # ended mid-tool: off the plane
+    assert new.ctx.cpu.tools_in_flight == 0
