@@ -12,14 +12,12 @@ tests between swebench's output markers) with its output captured as swebench's
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,12 +34,12 @@ from swebench.harness.grading import get_eval_report
 from swebench.harness.run_evaluation import GIT_APPLY_CMDS
 from swebench.harness.utils import make_test_spec
 
+from evaluation.swebench.process_groups import ProcessGroups
 from evaluation.swebench.records import JSONDict, Prediction, SweInstance
 from evaluation.swebench.workspace import create_workspace, git_env
 
 RESOLVED, UNRESOLVED, EMPTY, ERROR = "resolved", "unresolved", "empty", "error"
-_RUNNING: set[subprocess.Popen[bytes]] = set()  # eval scripts in flight, for kill_running_evals()
-_RUNNING_LOCK = threading.Lock()
+_EVALS = ProcessGroups()  # eval scripts in flight, for kill_running_evals()
 #: Columns of a task repo's instances (beyond every SWE-bench instance's) that host grading needs.
 _GRADING_COLUMNS = ("image", "eval_script", "log_parser", "eval_type")
 
@@ -90,14 +88,6 @@ def _apply_patch(workspace: Path, patch_file: Path, log: list[str]) -> bool:
     return False
 
 
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait()
-
-
 def kill_running_evals() -> int:
     """Kill every eval script still running, e.g. when a driver stops on Ctrl-C.
 
@@ -105,12 +95,7 @@ def kill_running_evals() -> int:
     also shields them from the terminal's SIGINT; grading threads then return ``error``.
     Returns how many were killed.
     """
-    with _RUNNING_LOCK:
-        running = list(_RUNNING)
-        _RUNNING.clear()
-    for proc in running:
-        _kill_group(proc)
-    return len(running)
+    return _EVALS.kill_all()
 
 
 def run_eval_script(eval_file: Path, workspace: Path, output: Path, python: str, timeout: float) -> bool:
@@ -122,20 +107,8 @@ def run_eval_script(eval_file: Path, workspace: Path, output: Path, python: str,
     env = git_env()
     env.update({"SWEBENCH_TESTBED": str(workspace), "SWEBENCH_PYTHON": python})
     with open(output, "w") as out:
-        proc = subprocess.Popen(["/bin/bash", str(eval_file)], cwd=workspace, env=env, stdout=out,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-    with _RUNNING_LOCK:
-        _RUNNING.add(proc)
-    try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        pass
-    finally:
-        if proc.poll() is None:
-            _kill_group(proc)
-        with _RUNNING_LOCK:
-            _RUNNING.discard(proc)
-    if proc.returncode == -signal.SIGKILL:
+        status = _EVALS.run(["/bin/bash", str(eval_file)], cwd=workspace, env=env, stdout=out, timeout=timeout)
+    if status == -signal.SIGKILL:
         with open(output, "a") as out:
             out.write(f"\n\n{TESTS_TIMEOUT}\nTimeout error: {timeout} seconds exceeded or killed.\n")
         return False

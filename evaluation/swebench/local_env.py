@@ -28,7 +28,6 @@ import os
 import re
 import shlex
 import shutil
-import signal
 import subprocess
 import tempfile
 import threading
@@ -38,6 +37,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from evaluation.swebench.process_groups import ProcessGroups
 from evaluation.swebench.records import SweInstance
 from evaluation.swebench.sources import RepoSources
 from evaluation.swebench.specs import EnvSpec, clean_requirements, conda_to_pip
@@ -48,8 +48,7 @@ STAMP = ".mars-env.json"
 #: editable hook (pylint 2.x pins setuptools 62; pip 25 removed that fallback).
 PIP = "pip>=21,<25"
 BUILD_TIMEOUT_S = 1800.0
-_RUNNING: set[subprocess.Popen[bytes]] = set()   # build and install commands in flight
-_RUNNING_LOCK = threading.Lock()
+_BUILDS = ProcessGroups()   # build and install commands in flight
 _STOPPED = threading.Event()   # set by kill_running: no new command starts until allow_running()
 
 
@@ -103,30 +102,10 @@ def run_logged(command: str, *, cwd: Path, env: Mapping[str, str], log: Path, wh
     with log.open("a") as out:
         out.write(f"\n$ {command}\n")
         out.flush()
-        proc = subprocess.Popen(["/bin/bash", "-c", command], cwd=cwd, env=dict(env), stdout=out,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-    with _RUNNING_LOCK:
-        _RUNNING.add(proc)
-    try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        pass
-    finally:
-        if proc.poll() is None:
-            _kill(proc)
-        with _RUNNING_LOCK:
-            _RUNNING.discard(proc)
-    if proc.returncode != 0:
+        status = _BUILDS.run(["/bin/bash", "-c", command], cwd=cwd, env=env, stdout=out, timeout=timeout)
+    if status != 0:
         tail = log.read_text(errors="replace").strip().splitlines()[-15:]
-        raise EnvError(f"{what}: `{command}` failed (exit {proc.returncode}; log {log}):\n  " + "\n  ".join(tail))
-
-
-def _kill(proc: subprocess.Popen[bytes]) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait()
+        raise EnvError(f"{what}: `{command}` failed (exit {status}; log {log}):\n  " + "\n  ".join(tail))
 
 
 def stopping() -> bool:
@@ -141,12 +120,7 @@ def allow_running() -> None:
 def kill_running() -> int:
     """Kill every build or install command still running and refuse new ones (Ctrl-C); returns how many."""
     _STOPPED.set()
-    with _RUNNING_LOCK:
-        running = list(_RUNNING)
-        _RUNNING.clear()
-    for proc in running:
-        _kill(proc)
-    return len(running)
+    return _BUILDS.kill_all()
 
 
 # ---- environments ----------------------------------------------------------------------------
