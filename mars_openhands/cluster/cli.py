@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import sys
 from pathlib import Path
 
 from mars_openhands.cluster.router import AFFINITY_POLICY, ROUTER_POLICIES, RouterError, router_executable
 from mars_openhands.cluster.stats import StatsError, aggregate, discover, fetch, format_session, format_table
+from mars_openhands.stopping import stop_on_signals
 
 PROG = "mars-openhands cluster"
 
@@ -106,33 +106,19 @@ def serve(args: argparse.Namespace, vllm_args: list[str]) -> int:
         print(" ".join(cluster.router.command))
         return 0
 
-    stopping = False
-
-    def on_signal(signum, _frame) -> None:
-        nonlocal stopping
-        if not stopping:
-            stopping = True
-            raise KeyboardInterrupt
-
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     rc = 1
-    try:
-        cluster.start(args.start_timeout)
-        print(f"cluster: {spec.replicas} x {spec.policy} behind vllm-router ({spec.router_policy}) at "
-              f"{cluster.url}\n  replicas: {' '.join(cluster.replica_urls)}\n"
-              f"  router metrics: port {cluster.metrics_port} (/metrics)\n  logs: {spec.log_dir}\n"
-              f"  stats: mars-openhands cluster stats --router {cluster.url}", file=sys.stderr, flush=True)
-        rc = cluster.run()
-    except KeyboardInterrupt:
-        rc = 0
-    except ProcessError as e:
-        print(f"{PROG} serve: error: {e}", file=sys.stderr)
-    finally:
-        for s in previous:
-            signal.signal(s, signal.SIG_IGN)
-        cluster.stop()
-        for s, h in previous.items():
-            signal.signal(s, h)
+    with stop_on_signals(cluster.stop):
+        try:
+            cluster.start(args.start_timeout)
+            print(f"cluster: {spec.replicas} x {spec.policy} behind vllm-router ({spec.router_policy}) at "
+                  f"{cluster.url}\n  replicas: {' '.join(cluster.replica_urls)}\n"
+                  f"  router metrics: port {cluster.metrics_port} (/metrics)\n  logs: {spec.log_dir}\n"
+                  f"  stats: mars-openhands cluster stats --router {cluster.url}", file=sys.stderr, flush=True)
+            rc = cluster.run()
+        except KeyboardInterrupt:
+            rc = 0
+        except ProcessError as e:
+            print(f"{PROG} serve: error: {e}", file=sys.stderr)
     return rc
 
 

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from mars_openhands.core import policy_names
+from mars_openhands.stopping import stop_on_signals
 from mars_openhands.vllm.version import UntestedVllmError, check_vllm_version, is_cpu_build
 
 PLUGINS = ("mars_engine", "mars_endpoints")
@@ -122,23 +123,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         return 0
     proc = subprocess.Popen(cmd, env=env, start_new_session=True, preexec_fn=_die_with_parent)
-    stopping = False
-
-    def on_signal(signum, _frame) -> None:
-        nonlocal stopping
-        if not stopping:
-            stopping = True
-            raise KeyboardInterrupt
-
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        rc = proc.wait()
-    except KeyboardInterrupt:
-        rc = 0
-    finally:
-        for s in previous:
-            signal.signal(s, signal.SIG_IGN)
-        stop_group(proc)
-        for s, h in previous.items():
-            signal.signal(s, h)
+    with stop_on_signals(lambda: stop_group(proc)):
+        try:
+            rc = proc.wait()
+        except KeyboardInterrupt:
+            rc = 0
     return rc
