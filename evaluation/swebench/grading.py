@@ -19,8 +19,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from swebench.harness.constants import (
     APPLY_PATCH_FAIL,
@@ -115,6 +117,24 @@ def run_eval_script(eval_file: Path, workspace: Path, output: Path, python: str,
     return True
 
 
+def record_report(result: GradeResult, test_spec: Any, prediction: Prediction, output: Path, logs: Path,
+                  environment_failure: Callable[[str], str | None] | None = None) -> None:
+    """Grade the test output with swebench's `get_eval_report` into `result` (written to LOG_REPORT):
+    resolved; else an error when `environment_failure` blames the host (its message); else
+    unresolved when the patch applied; else an error (no test results parsed)."""
+    report = get_eval_report(test_spec, prediction.to_dict(), str(output), include_tests_status=True)
+    result.report = report[result.instance_id]
+    (logs / LOG_REPORT).write_text(json.dumps(report, indent=4))
+    if result.report["resolved"]:
+        result.status = RESOLVED
+    elif environment_failure is not None and (blame := environment_failure(result.test_output)):
+        result.error = blame
+    elif result.report["patch_successfully_applied"]:
+        result.status = UNRESOLVED
+    else:
+        result.error = f"no test results could be parsed from {LOG_TEST_OUTPUT}"
+
+
 def grade(
     instance: SweInstance,
     model_patch: str | None,
@@ -161,16 +181,7 @@ def grade(
         if not finished:
             result.error = f"{TESTS_TIMEOUT}: killed after at most {timeout} s"
             return result
-        prediction = Prediction(iid, model_name, model_patch).to_dict()
-        report = get_eval_report(test_spec, prediction, str(output), include_tests_status=True)
-        result.report = report[iid]
-        (logs / LOG_REPORT).write_text(json.dumps(report, indent=4))
-        if result.report["resolved"]:
-            result.status = RESOLVED
-        elif result.report["patch_successfully_applied"]:
-            result.status = UNRESOLVED
-        else:
-            result.error = f"no test results could be parsed from {LOG_TEST_OUTPUT}"
+        record_report(result, test_spec, Prediction(iid, model_name, model_patch), output, logs)
         return result
     except Exception as e:  # recorded, never raised: one broken instance must not stop a run
         result.error = f"{type(e).__name__}: {e}"

@@ -21,7 +21,6 @@ agent's failure.
 
 from __future__ import annotations
 
-import json
 import re
 import shlex
 import shutil
@@ -41,11 +40,17 @@ from swebench.harness.constants import (
     TESTS_TIMEOUT,
     EvalType,
 )
-from swebench.harness.grading import get_eval_report
 from swebench.harness.utils import make_test_spec
 
 from evaluation.swebench import patches
-from evaluation.swebench.grading import EMPTY, ERROR, RESOLVED, UNRESOLVED, GradeResult, _apply_patch, run_eval_script
+from evaluation.swebench.grading import (
+    EMPTY,
+    ERROR,
+    GradeResult,
+    _apply_patch,
+    record_report,
+    run_eval_script,
+)
 from evaluation.swebench.local_env import EnvCache, PyEnv, run_logged, stopping
 from evaluation.swebench.records import JSONDict, Prediction, SweInstance
 from evaluation.swebench.sources import RepoSources
@@ -227,6 +232,12 @@ class LocalBackend:
         return grade(self, instance, patch, log_dir=log_dir, timeout=self.grade_timeout_s).to_json()
 
 
+def _blame_environment(test_output: str) -> str | None:
+    """The grading error when failing tests are the environment's fault (see `environment_failure`)."""
+    reason = environment_failure(test_output)
+    return f"{ENVIRONMENT_ERROR}: {reason} (see {LOG_TEST_OUTPUT})" if reason else None
+
+
 def grade(backend: LocalBackend, instance: SweInstance, model_patch: str | None, *, log_dir: Path | None = None,
           timeout: float = 900.0, model_name: str = "mars-openhands") -> GradeResult:
     """Grade `model_patch` in a fresh tree and environment: resolved, unresolved, empty or error."""
@@ -264,18 +275,7 @@ def grade(backend: LocalBackend, instance: SweInstance, model_patch: str | None,
         eval_type = EvalType.FAIL_ONLY if instance.repo in FAIL_ONLY_REPOS else EvalType.PASS_AND_FAIL
         test_spec = make_test_spec({**instance.to_dict(), "image": LOCAL, "eval_script": script,
                                     "log_parser": log_parser_name(instance.repo), "eval_type": eval_type.value})
-        prediction = Prediction(iid, model_name, model_patch).to_dict()
-        report = get_eval_report(test_spec, prediction, str(output), include_tests_status=True)
-        result.report = report[iid]
-        (logs / LOG_REPORT).write_text(json.dumps(report, indent=4))
-        if result.report["resolved"]:
-            result.status = RESOLVED
-        elif reason := environment_failure(result.test_output):
-            result.error = f"{ENVIRONMENT_ERROR}: {reason} (see {LOG_TEST_OUTPUT})"
-        elif result.report["patch_successfully_applied"]:
-            result.status = UNRESOLVED
-        else:
-            result.error = f"no test results could be parsed from {LOG_TEST_OUTPUT}"
+        record_report(result, test_spec, Prediction(iid, model_name, model_patch), output, logs, _blame_environment)
         return result
     except Exception as e:  # recorded, never raised: one broken instance must not stop a run
         result.error = f"{type(e).__name__}: {e}"
