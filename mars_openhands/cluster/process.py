@@ -8,13 +8,14 @@ vLLM's own process group and takes it down with it, and vLLM gets SIGTERM if the
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
 import time
 from pathlib import Path
 
 import httpx
+
+from mars_openhands.stopping import stop_group
 
 
 class ProcessError(RuntimeError):
@@ -72,19 +73,5 @@ class ManagedProcess:
 
     def stop(self, grace_s: float = 30.0) -> None:
         """SIGTERM its process group, SIGKILL whatever is left of the group after `grace_s`."""
-        proc = self.proc
-        if proc is None:
-            return
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        try:
-            proc.wait(grace_s)
-        except subprocess.TimeoutExpired:
-            pass
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait()
+        if self.proc is not None:
+            stop_group(self.proc, grace_s)

@@ -13,11 +13,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from mars_openhands.core import policy_names
-from mars_openhands.stopping import stop_on_signals
+from mars_openhands.stopping import stop_group, stop_on_signals
 from mars_openhands.vllm.version import UntestedVllmError, check_vllm_version, is_cpu_build
 
 PLUGINS = ("mars_engine", "mars_endpoints")
@@ -55,28 +54,6 @@ def _die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)   # PR_SET_PDEATHSIG
     except OSError:
         pass
-
-
-def stop_group(proc: subprocess.Popen, grace_s: float = GRACE_S) -> None:
-    """SIGTERM the server's process group, wait, then SIGKILL whatever is left of it."""
-    pgid = proc.pid
-    try:
-        os.killpg(pgid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline:
-        proc.poll()
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.2)
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait()
 
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
@@ -123,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         return 0
     proc = subprocess.Popen(cmd, env=env, start_new_session=True, preexec_fn=_die_with_parent)
-    with stop_on_signals(lambda: stop_group(proc)):
+    with stop_on_signals(lambda: stop_group(proc, GRACE_S)):
         try:
             rc = proc.wait()
         except KeyboardInterrupt:
