@@ -12,6 +12,15 @@ from mars_openhands.cluster.router import router_command
 TINY = Path(__file__).resolve().parents[2] / "models" / "tiny"
 
 
+@pytest.fixture
+def model_dir(tmp_path: Path) -> Path:
+    """A directory the dry run accepts as a model: it reads config.json only, never the weights."""
+    path = tmp_path / "model"
+    path.mkdir()
+    (path / "config.json").write_text("{}")
+    return path
+
+
 def test_replica_ports_and_devices_follow_the_router_port(tmp_path):
     spec = ClusterSpec(3, "mars", TINY, tmp_path, port=9000, gpus_per_replica=2, cpu_cores_per_replica=1)
     assert spec.replica_ports == [9001, 9002, 9003]
@@ -43,15 +52,15 @@ def test_router_command_uses_session_affinity_and_checks_its_policy():
         router_command([], executable="vllm-router")
 
 
-def test_dry_run_prints_every_replica_and_the_router(tmp_path, capsys):
+def test_dry_run_prints_every_replica_and_the_router(tmp_path, capsys, model_dir):
     pytest.importorskip("vllm_router", reason="needs vllm-router (the engine environment)")
-    rc = cli_main(["cluster", "serve", "--replicas", "2", "--policy", "mars", "--model", str(TINY),
+    rc = cli_main(["cluster", "serve", "--replicas", "2", "--policy", "mars", "--model", str(model_dir),
                    "--port", "9100", "--log-dir", str(tmp_path), "--dry-run", "--max-model-len", "2048"])
     assert rc == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 3
     for line, port in zip(lines, (9101, 9102)):
-        assert f"serve --policy mars --model {TINY} --port {port} --max-model-len 2048" in line
+        assert f"serve --policy mars --model {model_dir} --port {port} --max-model-len 2048" in line
     assert "--worker-urls http://127.0.0.1:9101 http://127.0.0.1:9102 --policy consistent_hash" in lines[2]
 
 
@@ -61,9 +70,9 @@ def test_dry_run_prints_every_replica_and_the_router(tmp_path, capsys):
     (["--scheduler-cls", "x.Y"], "--scheduler-cls is set per replica"),
     (["--replicas", "0"], "replicas: must be >= 1"),
 ])
-def test_bad_input_exits_2_with_one_error_line(tmp_path, capsys, argv, message):
+def test_bad_input_exits_2_with_one_error_line(tmp_path, capsys, model_dir, argv, message):
     pytest.importorskip("vllm_router", reason="needs vllm-router (the engine environment)")
-    base = {"--replicas": "2", "--policy": "mars", "--model": str(TINY)}
+    base = {"--replicas": "2", "--policy": "mars", "--model": str(model_dir)}
     extra = []
     for i in range(0, len(argv), 2):
         if argv[i] in base:
