@@ -8,6 +8,7 @@ Argument types and the workload flags that `bench-engine` shares live in `cli_ar
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import json
 import sys
@@ -45,6 +46,10 @@ DISPATCH: dict[str, tuple[str, str, str]] = {
     "run": ("mars_openhands.openhands.run", "agent", "run OpenHands agents against a served model"),
     "record": ("mars_openhands.openhands.record", "agent", "record OpenHands conversations as a mars-trace"),
     "report": ("mars_openhands.report", "core", "build the results report"),
+    "app": ("mars_openhands.openhands.app", "app",
+            "the OpenHands app server (openhands-ai) on process sandboxes, LLM and events from mars.toml"),
+    "agent-server-image": ("mars_openhands.openhands.agent_server_image", "core",
+                           "write (and where Docker answers, build) an agent-server image with the MARS hook"),
     "bench-matrix": ("mars_openhands.matrix.run", "core",
                      "every policy on a grid of workloads x hosts in the simulator (regret table, heatmap)"),
 }
@@ -53,6 +58,7 @@ _ENVIRONMENTS = {
     "agent": "the agent environment .venv-agent "
              "(`make setup-agent`, i.e. pip install -e '.[openhands]' on Python 3.12)",
     "core": "the core environment .venv (`make setup-engine`)",
+    "app": "the OpenHands app environment .venv-app (`make setup-app`: openhands-ai on Python 3.12)",
 }
 
 
@@ -72,6 +78,15 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--sweep-rates", type=float_list(), metavar="R1,R2,...",
                      help="load sweep: one run per rate, DIR/rate-R/summary.json + DIR/sweep.json")
     sim.add_argument("--out", type=Path, required=True, metavar="DIR", help="output directory")
+    rep = sim.add_argument_group("replicas behind a router (see mars_openhands/sim/cluster.py)")
+    rep.add_argument("--replicas", type=positive(int), default=1,
+                     help="engines, each with --tool-workers and --kv-blocks of its own (default 1)")
+    rep.add_argument("--router", default="consistent_hash",
+                     help="consistent_hash (default), round_robin, or program (vllm-router's "
+                          "--enable-program-scheduling in front of the engines)")
+    rep.add_argument("--events", default="real",
+                     help="what the engines hear of tools and sessions: real (default), inferred "
+                          "(inferred tool starts only) or none")
     add_synthetic_args(sim)
 
     gen = sub.add_parser("gen-trace", help="write a synthetic SWE-bench-like trace",
@@ -167,6 +182,9 @@ def simulate(args: argparse.Namespace) -> int:
 
     label = label_of(args.rate or 0.2)
     run_simulation, profiles = _load_simulator()
+    routing: dict[str, Any] = {}
+    if (args.replicas, args.router, args.events) != (1, "consistent_hash", "real"):
+        run_simulation = _cluster_simulator(args, routing)
     if args.profile not in profiles:
         raise CliError(f"--profile: unknown profile {args.profile!r}; known: {', '.join(profiles)}")
     profile = profiles[args.profile]
@@ -174,6 +192,7 @@ def simulate(args: argparse.Namespace) -> int:
     if not args.sweep_rates:
         sessions = make(args.rate if args.trace is not None else (args.rate or 0.2))
         _run_point(sessions, label, args.profile, profile, names, args, out, run_simulation)
+        _report_routing(routing, out)
         return 0
     if any(r <= 0 for r in args.sweep_rates):
         raise CliError(f"--sweep-rates: rates must be > 0, got {args.sweep_rates}")
@@ -184,6 +203,7 @@ def simulate(args: argparse.Namespace) -> int:
         sub = _out_dir(out / f"rate-{rate:g}")
         s = _run_point(sessions, point_label, args.profile, profile, names, args, sub, run_simulation,
                        label=f" @ {rate:g}/s")
+        _report_routing(routing, sub)
         points.append({"rate": rate, "dir": sub.name, "ideal_mean_e2e_s": s["ideal_mean_e2e_s"],
                        "policies": s["policies"]})
     sweep = {"trace": label, "profile": args.profile, "rates": list(args.sweep_rates), "points": points}
@@ -193,6 +213,40 @@ def simulate(args: argparse.Namespace) -> int:
     print("\nload sweep (mean / p95 E2E s, throughput sessions/s)")
     print(format_sweep(points))
     return 0
+
+
+def _cluster_simulator(args: argparse.Namespace, routing: dict[str, Any]) -> Simulate:
+    """`run_simulation` for `--replicas/--router/--events`; each run's routing stats go to `routing`."""
+    from mars_openhands.sim.cluster import ClusterStats, run_cluster
+    from mars_openhands.sim.routing import check_router
+    try:
+        check_router(args.router, args.events)
+    except ValueError as e:
+        raise CliError(f"--router/--events: {e}") from None
+
+    def run(sessions: list[SessionTrace], profile: Profile, name: str, **kw: Any) -> RunResult:
+        stats: list[ClusterStats] = []
+        result = run_cluster(sessions, profile, name, replicas=args.replicas, router=args.router,
+                             events=args.events, stats=stats, **kw)
+        routing[name] = {"replicas": args.replicas, "router": args.router, "events": args.events,
+                         **dataclasses.asdict(stats[0])}
+        return result
+    return run
+
+
+def _report_routing(routing: dict[str, Any], out: Path) -> None:
+    """Print and write (DIR/routing.json) what the router did in each policy's run."""
+    if not routing:
+        return
+    (out / "routing.json").write_text(json.dumps(routing, indent=2) + "\n")
+    first = next(iter(routing.values()))
+    print(f"\nrouting: {first['replicas']} replicas, router {first['router']}, events {first['events']}")
+    print(f"{'policy':<16}{'moved calls':>12}{'calls/replica min-max':>23}{'late arrivals (max s)':>23}"
+          "  program scheduling")
+    for name, r in routing.items():
+        late = f"{r['late_arrivals']} ({r['max_late_s']:.2f})"
+        extra = ", ".join(f"{k} {v}" for k, v in r["program"].items())
+        print(f"{name:<16}{r['moved_calls']:>12}{min(r['calls']):>11}-{max(r['calls']):<11}{late:>23}  {extra}")
 
 
 # ---- gen-trace ----------------------------------------------------------------------------------
