@@ -34,6 +34,8 @@ help:
 	@echo "make demo              MARS vs FCFS: the offline SWE-bench set with K concurrent agents, table + plots in runs/demo"
 	@echo "make demo-real         MARS vs FCFS on 10 real SWE-bench Lite instances (SWEBENCH_DATASET, MARS_SWEBENCH_REPO_SOURCES), runs/demo-real"
 	@echo "make swebench-specs    fetch swebench's install specs (its 4.1.0 wheel, from PyPI) into the environment cache"
+	@echo "make setup-app         the OpenHands app environment (.venv-app, openhands-ai $(OPENHANDS_APP_VERSION), hooked); not part of setup"
+	@echo "make app               the OpenHands app server on process sandboxes, LLM and events from MARS_CONFIG (default mars.toml)"
 
 setup: setup-engine setup-agent
 
@@ -181,3 +183,23 @@ demo-real: setup models/tiny/.done
 # POLICIES: e.g. mars,fcfs,continuum (default mars,fcfs); runs and plots go to runs/demo.
 demo: setup models/tiny/.done
 	$(AGENT_PY) -m evaluation.swebench.demo $(if $(POLICIES),--policies $(POLICIES))
+
+# The OpenHands app (the web/server package `openhands-ai`): a third environment, built only on
+# request (about 4 minutes). Its sandboxes are agent-servers started from this environment, so the
+# .pth hook of this package reaches them (docs/openhands-app.md).
+APP_VENV := .venv-app
+APP_PY := $(APP_VENV)/bin/python
+OPENHANDS_APP_VERSION ?= 1.11.0
+.PHONY: setup-app app
+setup-app: $(APP_VENV)/.done
+$(APP_VENV)/.done: pyproject.toml
+	@test -n "$(PYTHON312)" || { echo "error: Python 3.12 not found; install it (pyenv install 3.12) or pass PYTHON312=/path/to/python3.12" >&2; exit 1; }
+	$(PYTHON312) -m venv $(APP_VENV)
+	$(APP_PY) -m pip install -q --upgrade pip
+	$(APP_PY) -m pip install -q -e '.[dev]' openhands-ai==$(OPENHANDS_APP_VERSION)
+	$(APP_PY) -m mars_openhands.openhands.autopatch install
+	$(APP_PY) -c 'from importlib.metadata import version as v; print("app env ok: openhands-ai", v("openhands-ai"), "sdk", v("openhands-sdk"))'
+	touch $@
+
+app: setup-app
+	$(APP_PY) -m mars_openhands.cli app --config $(if $(MARS_CONFIG),$(MARS_CONFIG),mars.toml)

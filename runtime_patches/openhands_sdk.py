@@ -37,7 +37,7 @@ from mars_openhands.openhands import importhook, instrument
 
 log = logging.getLogger("runtime_patches.openhands_sdk")
 
-TESTED_SDK_VERSIONS = ("1.21.0", "1.58.2")
+TESTED_SDK_VERSIONS = ("1.21.0", "1.34.0", "1.58.2")
 #: an SDK method, wrapped or not (the wrappers pass every argument through unchanged)
 Method = Callable[..., Any]
 _MARK = "__mars_patched__"
