@@ -10,6 +10,9 @@ records, calibration samples, the profile and server logs.
 
     mars-openhands bench-engine --synthetic 16 --rate 0.5 --policies fcfs,mars --model models/small \\
         --kv-cache-memory-bytes 200000000 --token-scale 0.1 --out runs/engine [-- extra vLLM args]
+
+With `--replicas N` each policy runs on N replicas behind `vllm-router`, once per `--routers` entry
+(`replay/replicas.py`); the simulator's prediction is then not made.
 """
 from __future__ import annotations
 
@@ -19,12 +22,16 @@ import dataclasses
 import json
 import signal
 import sys
+import time
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from mars_openhands.cli_args import CliError, add_synthetic_args, add_workload_source, policy_list, positive, workload
+from mars_openhands.cluster.launch import Cluster
+from mars_openhands.cluster.process import ProcessError
+from mars_openhands.cluster.router import RouterError
 from mars_openhands.replay.bench_output import (
     EngineSetup,
     PolicyRun,
@@ -38,6 +45,16 @@ from mars_openhands.replay.calibrate import EngineCosts, ProbePlan, Samples, cal
 from mars_openhands.replay.client import ReplayConfig, Replayer
 from mars_openhands.replay.engine import CacheConfig, EngineClient
 from mars_openhands.replay.prompts import ModelDirError, TokenSpace, TurnShape, plan_shapes, replayed_session
+from mars_openhands.replay.replicas import (
+    Configuration,
+    Failover,
+    Killer,
+    cluster_spec,
+    cluster_stats,
+    configurations,
+    replica_table,
+    summed_metrics,
+)
 from mars_openhands.replay.server import EngineServer, ServerError
 from mars_openhands.replay.tools import ToolPool
 
@@ -48,6 +65,25 @@ if TYPE_CHECKING:
 
 PROG = "mars-openhands bench-engine"
 T = TypeVar("T")
+#: Behind a router, a failed call is retried this often, 0.5 s apart (a dead replica's sessions
+#: reach a survivor once the router's circuit breaker or health check has taken it out).
+CALL_RETRIES = 240
+
+
+def _names(text: str) -> list[str]:
+    return [n.strip() for n in text.split(",") if n.strip()]
+
+
+def _configurations(args: argparse.Namespace) -> dict[str, Configuration]:
+    """label -> (policy, router) with --replicas > 1; {} for one engine per policy."""
+    if args.replicas == 1:
+        if args.routers != "consistent_hash" or args.kill_replica_after:
+            raise BenchError("--routers and --kill-replica-after need --replicas 2 or more")
+        return {}
+    try:
+        return {c.label: c for c in configurations(policy_list(args.policies), _names(args.routers))}
+    except (ValueError, CliError) as e:
+        raise BenchError(str(e)) from None
 
 
 class BenchError(Exception):
@@ -71,6 +107,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-sim", action="store_true",
                    help="skip the simulator's prediction of the replayed workload (DIR/simulated.json)")
     p.add_argument("--out", type=Path, required=True, metavar="DIR", help="output directory")
+    rep = p.add_argument_group("replicas behind vllm-router (mars_openhands/replay/replicas.py)")
+    rep.add_argument("--replicas", type=positive(int), default=1,
+                     help="engines per configuration, behind vllm-router when > 1 (default 1: one engine)")
+    rep.add_argument("--routers", default="consistent_hash",
+                     help="with --replicas > 1: comma-separated consistent_hash, round_robin, program "
+                          "(stock FCFS engines behind the router's --enable-program-scheduling)")
+    rep.add_argument("--kill-replica-after", type=positive(float), metavar="S",
+                     help="stop the last replica S seconds into each replay (failover)")
+    rep.add_argument("--cpu-cores-per-replica", type=int, default=0, metavar="C",
+                     help="bind replica i's threads to cores [i*C, (i+1)*C) (default 0: unbound)")
     add_synthetic_args(p)
     return p
 
@@ -167,7 +213,7 @@ class Calibration:
     costs: EngineCosts
 
 
-async def _client(server: EngineServer) -> EngineClient:
+async def _client(server: EngineServer | Cluster) -> EngineClient:
     engine = EngineClient(server.url, "")
     engine.model = await engine.served_model()
     return engine
@@ -207,6 +253,55 @@ async def _replay(server: EngineServer, plan: BenchPlan, args: argparse.Namespac
         await engine.aclose()
 
 
+async def _replay_cluster(cluster: Cluster, plan: BenchPlan, args: argparse.Namespace,
+                          bar: tqdm) -> tuple[PolicyRun, Failover, dict[str, Any]]:
+    """Replay through the router of a started cluster; optionally kill its last replica midway."""
+    engine = await _client(cluster)
+    pool = ToolPool(args.tool_workers * args.replicas)      # every replica host's tool workers
+    failover, killer = Failover(), None
+    urls = cluster.replica_urls
+    try:
+        before = await summed_metrics(urls)
+        config = ReplayConfig(token_scale=args.token_scale, tool_time_scale=args.tool_time_scale,
+                              call_retries=CALL_RETRIES)
+        replayer = Replayer(engine, pool, plan.space, config, on_turn=lambda *_: bar.update(1))
+        if args.kill_replica_after:
+            t0 = time.monotonic()
+            killer = Killer(cluster, args.replicas - 1, args.kill_replica_after,
+                            [s.session_id for s in plan.sessions], failover, lambda: time.monotonic() - t0)
+            killer.start()
+        outcome = await replayer.run(plan.sessions)
+        if killer is not None:
+            await asyncio.to_thread(killer.join)
+            await asyncio.to_thread(killer.moved)
+        after = await summed_metrics(urls)
+        stats = await asyncio.to_thread(cluster_stats, urls)
+        failover.failed_calls = sum(r.failed_calls for r in outcome.sessions)
+        failover.sessions_failed = sum(1 for r in outcome.sessions if r.error)
+        return PolicyRun(outcome, before, after, stats["total"]), failover, stats
+    finally:
+        if killer is not None:
+            killer.join()
+        await pool.close()
+        await engine.aclose()
+
+
+def _with_cluster(conf: Configuration, plan: BenchPlan, args: argparse.Namespace,
+                  bar: tqdm) -> tuple[PolicyRun, Failover, dict[str, Any]]:
+    """Start the replicas and the router of `conf`, replay through them, always stop them all."""
+    spec = cluster_spec(conf, args.replicas, args.model, args.out / f"cluster-{conf.label}", plan.flags,
+                        args.cpu_cores_per_replica)
+    try:
+        cluster = Cluster(spec)
+        cluster.start(args.startup_timeout)
+    except (ProcessError, RouterError, ValueError) as e:
+        raise BenchError(f"{conf.label}: {e}") from None
+    try:
+        return asyncio.run(_replay_cluster(cluster, plan, args, bar))
+    finally:
+        cluster.stop()
+
+
 def _with_server(policy: str, log: Path, args: argparse.Namespace, flags: list[str],
                  work: Callable[[EngineServer], Coroutine[Any, Any, T]]) -> T:
     """Start an engine, run `work(server)` on it, always stop the engine."""
@@ -229,6 +324,7 @@ def bench(args: argparse.Namespace, vllm_extra: list[str]) -> int:
     from mars_openhands.metrics import format_table, ideal_mean_e2e, summarize
     from mars_openhands.workload.trace import write_trace
 
+    configs = _configurations(args)
     plan = make_plan(args, vllm_extra)
     out: Path = args.out
     try:
@@ -237,17 +333,24 @@ def bench(args: argparse.Namespace, vllm_extra: list[str]) -> int:
         raise BenchError(f"--out: cannot create {out}: {e.strerror or e}") from None
     write_trace(out / "trace.jsonl", plan.sessions)
     runs: dict[str, PolicyRun] = {}
+    failovers: dict[str, Failover] = {}
+    names = list(configs) if configs else plan.policies
     turns = sum(len(s.turns) for s in plan.sessions)
-    with tqdm(total=turns * len(plan.policies), desc="bench-engine", unit="turn", file=sys.stderr,
+    with tqdm(total=turns * len(names), desc="bench-engine", unit="turn", file=sys.stderr,
               disable=None, dynamic_ncols=True) as bar:
         bar.set_postfix_str("calibrating an idle engine")
         cal = _with_server("fcfs", out / "server-calibration.log", args, plan.flags,
                            lambda srv: _calibrate(srv, plan, args.calibration_reps, bar))
-        for name in plan.policies:
+        for name in names:
             bar.set_postfix_str(name)
-            runs[name] = _with_server(name, out / f"server-{name}.log", args, plan.flags,
-                                      lambda srv: _replay(srv, plan, args, bar))
-            (out / f"stats-{name}.json").write_text(json.dumps(runs[name].stats, indent=2, default=str) + "\n")
+            stats: dict[str, Any] | None
+            if args.replicas > 1:
+                runs[name], failovers[name], stats = _with_cluster(configs[name], plan, args, bar)
+            else:
+                runs[name] = _with_server(name, out / f"server-{name}.log", args, plan.flags,
+                                          lambda srv: _replay(srv, plan, args, bar))
+                stats = runs[name].stats
+            (out / f"stats-{name}.json").write_text(json.dumps(stats, indent=2, default=str) + "\n")
             failed = [r for r in runs[name].outcome.sessions if r.error]
             if failed:
                 print(f"{name}: {len(failed)} session(s) failed, first: {failed[0].error}", file=sys.stderr)
@@ -276,7 +379,12 @@ def bench(args: argparse.Namespace, vllm_extra: list[str]) -> int:
     replayed = [replayed_session(s, plan.shapes[s.session_id], args.tool_time_scale) for s in plan.sessions]
     write_trace(out / "replayed-trace.jsonl", replayed)
     predicted = {}
-    if not args.no_sim:
+    if failovers:
+        (out / "replicas.json").write_text(json.dumps(
+            {"replicas": args.replicas, "configurations": {n: {"policy": c.policy, "router": c.router,
+                                                               **failovers[n].as_dict()}
+                                                           for n, c in configs.items()}}, indent=2) + "\n")
+    if not args.no_sim and not configs:
         runs_by_profile = simulator_prediction(replayed, cal.costs, cal.cache, args.tool_workers, plan.policies)
         predicted = {lab: {n: summarize(r, alpha=args.alpha) for n, r in rr.items()}
                      for lab, rr in runs_by_profile.items()}
@@ -287,6 +395,9 @@ def bench(args: argparse.Namespace, vllm_extra: list[str]) -> int:
     if predicted:
         print("\nmeasured vs the simulator on the same (replayed) workload")
         print(comparison_table(summaries, predicted))
+    if failovers:
+        print(f"\n{args.replicas} replicas behind vllm-router (replicas.json)")
+        print(replica_table(summaries, failovers))
     print(f"wrote {out}/summary.json, table.md, turns.jsonl, replayed-trace.jsonl, cpu-small-profile.json, "
           f"{'simulated.json, ' if predicted else ''}plots")
     return 0

@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 
 from mars_openhands.events import CpuTelemetry, SessionEnded, ToolCancelled, ToolFinished, ToolStarted
-from mars_openhands.replay.engine import EngineClient, EngineError, EventSink
+from mars_openhands.replay.engine import Completion, EngineClient, EngineError, EventSink
 from mars_openhands.replay.prompts import SessionPrompts, TokenSpace, TurnShape
 from mars_openhands.replay.tools import ToolPool
 from mars_openhands.workload.trace import SessionTrace
@@ -45,6 +45,7 @@ class SessionRecord:
     started_s: float | None = None       # when the first request actually went out
     finish_s: float | None = None        # None: did not complete
     error: str | None = None
+    failed_calls: int = 0                # attempts that failed and were retried (a replica died)
     turns: list[TurnRecord] = field(default_factory=list)
 
 
@@ -68,6 +69,10 @@ class ReplayConfig:
     token_scale: float = 1.0
     tool_time_scale: float = 1.0
     sample_interval_s: float = 1.0       # timeline sampling of /mars/v1/stats and /metrics
+    #: A failed call is sent again up to this many times, `retry_backoff_s` apart, as an agent's LLM
+    #: client retries server errors (behind a router a dead replica's sessions move on retry).
+    call_retries: int = 0
+    retry_backoff_s: float = 0.5
 
 
 def stat_value(d: StatsDoc, *paths: str) -> float | None:
@@ -130,6 +135,19 @@ class Replayer:
                                     call_id=call_id, queue_wait_s=run.queue_wait_s))
         self.sink.emit(self._cpu())
 
+    async def _complete(self, prompt: list[int], output_tokens: int, session_id: str, k: int,
+                        rec: SessionRecord) -> Completion:
+        failed = 0
+        while True:
+            try:
+                return await self.engine.complete(prompt, output_tokens, session_id, k)
+            except (EngineError, httpx.HTTPError):
+                if failed >= self.config.call_retries:
+                    raise
+                failed += 1
+                rec.failed_calls += 1
+                await asyncio.sleep(self.config.retry_backoff_s)
+
     async def _session(self, s: SessionTrace, rec: SessionRecord) -> None:
         await asyncio.sleep(max(0.0, s.arrival_s - self._now()))
         rec.started_s = self._now()
@@ -138,7 +156,7 @@ class Replayer:
         try:
             for k in range(len(s.turns)):
                 prompt, shape = prompts.prompt(k)
-                c = await self.engine.complete(prompt, shape.output_tokens, s.session_id, k)
+                c = await self._complete(prompt, shape.output_tokens, s.session_id, k, rec)
                 prompts.record(k, c.token_ids)
                 tr = TurnRecord(k, c.submitted - self._t0, c.first_token - self._t0, c.finished - self._t0,
                                 shape, c.cached_tokens)

@@ -4,7 +4,8 @@ Completions go to `/v1/completions` with token-id prompts (exact lengths, no tok
 loop), streamed so the client sees when the first token arrives, with the output length forced
 (`max_tokens = min_tokens`, `ignore_eos`). Each request carries the session id the way agents send
 it (`X-Session-ID` header, and `vllm_xargs` with the turn index), which the MARS adapter reads.
-Boundary events are posted to `/mars/v1/events` in batches by `EventSink`.
+Boundary events are posted to `/mars/v1/events` in batches by `EventSink`, one session per POST with
+that session in `X-Session-ID` (a router routing by session sends them where its calls go).
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from typing import Any
 
 import httpx
 
-from mars_openhands.events import Event
+from mars_openhands.events import Event, by_session
 
 log = logging.getLogger("vllm.mars_openhands.replay")
 
@@ -145,9 +146,12 @@ class EngineClient:
                               f"and return_token_ids?)")
         return Completion(tokens, submitted, first if first is not None else finished, finished, cached)
 
-    async def post_events(self, events: list[Event]) -> None:
+    async def post_events(self, events: list[Event], session_id: str | None = None) -> None:
+        """One POST; `session_id` (all of `events` are that session's) goes in `X-Session-ID`, so a
+        router routing by session delivers them to the replica serving the session's calls."""
+        headers = {"X-Session-ID": session_id} if session_id else {}
         r = await self._http.post("/mars/v1/events", json={"events": [e.to_dict() for e in events]},
-                                  timeout=10.0)
+                                  headers=headers, timeout=10.0)
         if r.status_code != 200:
             raise EngineError(f"/mars/v1/events: HTTP {r.status_code}: {r.text[:300]}")
 
@@ -174,7 +178,8 @@ class EngineClient:
 
 
 class EventSink:
-    """Posts boundary events in batches: whatever queued while the previous post was in flight.
+    """Posts boundary events in batches: whatever queued while the previous post was in flight, one
+    POST per session (`events.by_session`; telemetry in a POST of its own, without a session).
 
     Delivery never stalls the replay; a failed post is logged and its events counted as dropped.
     """
@@ -202,14 +207,15 @@ class EventSink:
             self._wake.clear()
             if self._pending:
                 batch, self._pending = self._pending, []
-                try:
-                    await self._engine.post_events(batch)
-                    self.sent += len(batch)
-                    self.batches += 1
-                except (httpx.HTTPError, EngineError) as e:
-                    if not self.dropped:
-                        log.warning("event delivery failed, dropping (counted, logged once): %s", e)
-                    self.dropped += len(batch)
+                for session_id, events in by_session(batch):
+                    try:
+                        await self._engine.post_events(events, session_id)
+                        self.sent += len(events)
+                        self.batches += 1
+                    except (httpx.HTTPError, EngineError) as e:
+                        if not self.dropped:
+                            log.warning("event delivery failed, dropping (counted, logged once): %s", e)
+                        self.dropped += len(events)
             if self._closing and not self._pending:
                 return
 

@@ -29,10 +29,12 @@ class FakeEngine:
     block: int = BLOCK
     token_delay_s: float = 0.001
     fail_session: str | None = None           # answer this session's requests with HTTP 500
+    fail_first: int = 0                       # answer the first N completions with HTTP 500
     events_status: int = 200                  # force an error status on /mars/v1/events
     requests: list[dict] = field(default_factory=list)
     events: list[dict] = field(default_factory=list)
     event_batches: int = 0
+    event_posts: list[tuple[str | None, list[str]]] = field(default_factory=list)  # (header, sessions)
     cached_blocks: set = field(default_factory=set)
     hits: int = 0
     queries: int = 0
@@ -67,7 +69,7 @@ class FakeEngine:
             prompt = body["prompt"]
             sid = request.headers.get("x-session-id")
             self.requests.append({"t": time.monotonic(), "session": sid, "body": body})
-            if sid is not None and sid == self.fail_session:
+            if (sid is not None and sid == self.fail_session) or len(self.requests) <= self.fail_first:
                 return JSONResponse({"error": {"message": "injected failure"}}, status_code=500)
             if not (isinstance(prompt, list) and all(isinstance(i, int) and 0 <= i < self.vocab for i in prompt)):
                 return JSONResponse({"error": {"message": "bad prompt ids"}}, status_code=400)
@@ -102,11 +104,18 @@ class FakeEngine:
                 return JSONResponse({"error": str(e)}, status_code=400)
             self.events.extend(body["events"])
             self.event_batches += 1
+            self.event_posts.append((request.headers.get("x-session-id"),
+                                     [e.get("session_id") for e in body["events"]]))
             return {"accepted": len(body["events"])}
 
         @app.get("/mars/v1/stats")
-        async def stats():
-            return {"admission": {"window": 4.0}, "pinned_blocks": 3}
+        async def stats(session: str | None = None):
+            if session is None:
+                return {"admission": {"window": 4.0}, "pinned_blocks": 3}
+            calls = [r for r in self.requests if r["session"] == session]
+            if not calls:
+                return JSONResponse({"error": f"no history of session {session!r}"}, status_code=404)
+            return {"session": session, "history": [{"event": "turn_submitted"} for _ in calls]}
 
         @app.get("/metrics")
         async def metrics():

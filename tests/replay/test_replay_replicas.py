@@ -1,0 +1,191 @@
+"""`bench-engine --replicas N` wiring without real engines: per-session event POSTs, retried calls,
+configurations, the failover bookkeeping, and (quick, when installed) a replay through the real
+vllm-router in front of two fake replicas."""
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import pytest
+from replay_fake_engine import FakeEngine, ServedFake
+
+from mars_openhands.cluster.router import RouterError, router_executable
+from mars_openhands.replay.bench import main as bench_main
+from mars_openhands.replay.client import ReplayConfig, Replayer
+from mars_openhands.replay.engine import EngineClient
+from mars_openhands.replay.prompts import TokenSpace
+from mars_openhands.replay.replicas import (
+    Configuration,
+    Failover,
+    Killer,
+    cluster_spec,
+    configurations,
+    sessions_on,
+    summed_metrics,
+)
+from mars_openhands.replay.tools import ToolPool
+from mars_openhands.workload.trace import SessionTrace, ToolCall, Turn
+
+SPACE = TokenSpace.from_vocab(300, exclude={0, 1, 2})
+
+
+def _sessions(n: int = 3, turns: int = 3, gap: float = 0.05) -> list[SessionTrace]:
+    out = []
+    for i in range(n):
+        ts = tuple(Turn(40 + 20 * k, 4, ToolCall("terminal", 0.05, 1.0, "ls") if k < turns - 1 else None)
+                   for k in range(turns))
+        out.append(SessionTrace(f"s{i}", gap * i, ts, "sys", 16))
+    return out
+
+
+def _replay(url: str, sessions, **cfg):
+    async def main():
+        engine = EngineClient(url, "fake")
+        pool = ToolPool(4)
+        try:
+            return await Replayer(engine, pool, SPACE, ReplayConfig(sample_interval_s=0.05, **cfg)).run(sessions)
+        finally:
+            await pool.close()
+            await engine.aclose()
+    return asyncio.run(main())
+
+
+def test_events_go_one_session_per_post_with_its_session_header(fake_engine):
+    out = _replay(fake_engine.url, _sessions())
+    assert all(s.finish_s is not None for s in out.sessions)
+    assert fake_engine.event_posts
+    for header, sessions in fake_engine.event_posts:
+        if header is None:                 # host telemetry: no session, in a POST of its own
+            assert set(sessions) == {None}
+        else:
+            assert set(sessions) == {header}
+    assert {h for h, _ in fake_engine.event_posts} >= {"s0", "s1", "s2"}
+
+
+def test_failed_calls_are_retried_and_counted(fake_engine):
+    fake_engine.fail_first = 2
+    out = _replay(fake_engine.url, _sessions(1), call_retries=5, retry_backoff_s=0.01)
+    rec = out.sessions[0]
+    assert rec.finish_s is not None and rec.error is None and rec.failed_calls == 2
+
+
+def test_without_retries_a_failed_call_fails_its_session(fake_engine):
+    fake_engine.fail_first = 1
+    out = _replay(fake_engine.url, _sessions(1))
+    assert out.sessions[0].finish_s is None and "HTTP 500" in out.sessions[0].error
+
+
+def test_configurations_pair_program_scheduling_with_stock_fcfs_only():
+    confs = configurations(["mars", "fcfs"], ["consistent_hash", "round_robin", "program"])
+    assert [c.label for c in confs] == ["mars@consistent_hash", "fcfs@consistent_hash", "mars@round_robin",
+                                        "fcfs@round_robin", "fcfs@program"]
+    with pytest.raises(ValueError, match="unknown router 'sticky'"):
+        configurations(["mars"], ["sticky"])
+    with pytest.raises(ValueError, match="once"):
+        configurations(["mars"], ["round_robin", "round_robin"])
+
+
+def test_cluster_spec_of_program_scheduling_identifies_programs_by_session_header(tmp_path):
+    spec = cluster_spec(Configuration("fcfs", "program"), 2, tmp_path, tmp_path / "logs", ["--x", "1"], 1)
+    assert spec.router_policy == "consistent_hash" and spec.policy == "fcfs"
+    assert "--enable-program-scheduling" in spec.router_args
+    conf = json.loads(spec.router_args[spec.router_args.index("--program-scheduling-config-json") + 1])
+    assert conf == {"program_scheduling_enable_key": "auto"}
+    assert len({spec.port, *spec.replica_ports}) == 3 and spec.vllm_args == ["--x", "1"]
+    assert spec.replica_env(1) == {"VLLM_CPU_OMP_THREADS_BIND": "1-1"}
+    rr = cluster_spec(Configuration("mars", "round_robin"), 2, tmp_path, tmp_path / "l2", [])
+    assert rr.router_policy == "round_robin" and rr.router_args == []
+
+
+class _Replica:
+    def __init__(self, served: ServedFake) -> None:
+        self.served, self.url = served, served.engine.url
+
+    def stop(self, grace_s: float = 0.0) -> None:
+        self.served.__exit__(None, None, None)
+
+
+class _Cluster:
+    def __init__(self, replicas) -> None:
+        self.replicas = replicas
+
+
+def test_killer_notes_the_sessions_on_the_killed_replica_and_which_moved():
+    a, b = ServedFake(FakeEngine()), ServedFake(FakeEngine())
+    with a as ea, b as eb:
+        ea.requests += [{"session": "x"}, {"session": "y"}]
+        eb.requests += [{"session": "z"}]
+        failover = Failover()
+        killer = Killer(_Cluster([_Replica(b), _Replica(a)]), 1, 0.05, ["x", "y", "z"], failover,
+                        lambda: 1.5)
+        killer.start()
+        deadline = time.monotonic() + 10
+        while failover.killed is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        killer.join()
+        assert failover.killed == ea.url and failover.on_killed == ["x", "y"] and failover.at_s == 1.5
+        eb.requests.append({"session": "y"})          # y's next call reached the survivor
+        killer.moved()
+        assert failover.moved == ["y"]
+        assert sessions_on(ea.url, ["x"]) == []      # a stopped replica holds nothing
+        assert failover.as_dict()["sessions_moved"] == 1
+
+
+def test_killer_does_nothing_when_the_replay_ends_first():
+    failover = Failover()
+    killer = Killer(_Cluster([]), 0, 60.0, [], failover, lambda: 0.0)
+    killer.start()
+    killer.join()
+    assert failover.killed is None
+
+
+def test_metrics_of_replicas_are_summed_and_unreachable_ones_skipped():
+    with ServedFake(FakeEngine()) as a, ServedFake(FakeEngine()) as b:
+        a.hits, b.hits = 3, 4
+        total = asyncio.run(summed_metrics([a.url, b.url, "http://127.0.0.1:9"]))
+    assert total["vllm:prefix_cache_hits_total"] == 7 and total["vllm:num_requests_running"] == 2
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--routers", "round_robin"], "need --replicas 2"),
+    (["--replicas", "2", "--routers", "sticky"], "unknown router 'sticky'"),
+])
+def test_bench_refuses_bad_replica_options(tmp_path, capsys, argv, message):
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"vocab_size": 300, "max_position_embeddings": 4096}))
+    rc = bench_main(["--synthetic", "2", "--policies", "fcfs", "--model", str(model), "--out",
+                     str(tmp_path / "out"), "--no-sim", *argv])
+    err = capsys.readouterr().err
+    assert rc == 2 and message in err, err
+
+
+# ---- through the real router (quick: fake replicas in process) ----------------------------------
+
+try:
+    ROUTER = router_executable()
+except RouterError:
+    ROUTER = None
+
+
+@pytest.mark.skipif(ROUTER is None, reason="vllm-router is not installed")
+def test_a_replay_through_vllm_router_keeps_each_session_on_one_replica(tmp_path):
+    from mars_openhands.cluster.process import ManagedProcess, free_port
+    from mars_openhands.cluster.router import router_command
+
+    with ServedFake(FakeEngine()) as a, ServedFake(FakeEngine()) as b:
+        port = free_port()
+        router = ManagedProcess("vllm-router", router_command([a.url, b.url], port=port),
+                                f"http://127.0.0.1:{port}", tmp_path / "router.log")
+        router.start(30.0)
+        try:
+            out = _replay(router.url, _sessions(6, 3))
+        finally:
+            router.stop(5.0)
+    assert all(s.finish_s is not None for s in out.sessions)
+    for sid in (f"s{i}" for i in range(6)):
+        calls = [e for e in (a, b) if any(r["session"] == sid for r in e.requests)]
+        events = [e for e in (a, b) if any(sid in sessions for _, sessions in e.event_posts)]
+        assert len(calls) == 1 and events == calls, sid          # calls and events on one replica
+    assert a.requests and b.requests                                  # and the sessions spread
