@@ -4,8 +4,10 @@ Per instance: a workspace at the base commit, the instruction, a real OpenHands 
 file-editor tools, MARS events and session-tagged LLM calls), the patch taken with `git diff`
 against the base commit (also after a failed run), grading, and one record in `output.jsonl` /
 `predictions.jsonl`. A failure is recorded with its error and never stops the run. Ctrl-C (or
-SIGTERM) pauses every agent, kills the run's tmux servers (and the commands in them), stops the
-oracle proxy and returns with what finished recorded; a re-run resumes.
+SIGTERM) pauses every agent, kills the run's tmux servers (and the commands in them) and the
+backend's builds, installs and eval scripts, stops the oracle proxy and returns with what finished
+recorded (a second Ctrl-C does not cut this short); an instance that ended ungraded because of it
+is not finished, and a re-run resumes with it.
 """
 
 from __future__ import annotations
@@ -14,16 +16,15 @@ import dataclasses
 import json
 import logging
 import shutil
-import signal
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from queue import Empty, Queue
-from types import FrameType
 from typing import Generic, Protocol, TypeVar
 
 from tqdm import tqdm
@@ -39,6 +40,7 @@ from evaluation.swebench.prompt import render_instruction
 from evaluation.swebench.records import EngineTurn, JSONDict, RunRecord, SweInstance, Timings, TokenUsage
 from mars_openhands.openhands.config import MarsConfig
 from mars_openhands.openhands.record import RecordError, record, record_conversation
+from mars_openhands.stopping import stop_on_signals
 from mars_openhands.workload.trace import write_trace
 
 log = logging.getLogger("evaluation.swebench.driver")
@@ -207,11 +209,15 @@ class Driver(Generic[W]):
             self.proxy.unregister(iid)
         (idir / "patch.diff").write_text(patch)
         report: JSONDict | None = None
-        if not self.stop.is_set():
+        if self.stop.is_set():  # not graded: the error makes a re-run take it up again
+            error = error or "interrupted before grading"
+        else:
             try:
                 report = self.backend.grade(instance, patch, idir / "eval")
             except Exception as e:  # noqa: BLE001
                 report = {"status": "error", "error": f"{type(e).__name__}: {e}"}
+            if self.stop.is_set():  # Ctrl-C killed the grading's builds or tests: not the patch's result
+                report, error = None, error or "interrupted while grading"
         if workspace is not None:
             self.backend.remove_workspace(workspace)
         history = outcome.history if outcome else []
@@ -263,8 +269,6 @@ class Driver(Generic[W]):
 
         def done(result: RunRecord) -> None:
             with lock:
-                if self.stop.is_set() and result.status == "interrupted" and not result.error:
-                    result = dataclasses.replace(result, error="interrupted")
                 self.files.append(result, self.config.model_name)
                 summary.attempted += 1
                 summary.failed += not result.finished
@@ -273,8 +277,6 @@ class Driver(Generic[W]):
                 bar.set_postfix(resolved=summary.resolved, failed=summary.failed)
 
         sampler = StatsSampler(self.config.engine_url, self.config.run_dir) if self.config.engine_url else None
-        previous = signal.signal(signal.SIGTERM, _raise_interrupt) \
-            if threading.current_thread() is threading.main_thread() else None
         self.scratch = Path(tempfile.mkdtemp(prefix="mars-swe-"))
         try:
             with TmuxScope() as tmux:
@@ -285,22 +287,20 @@ class Driver(Generic[W]):
                 threads = [threading.Thread(target=self._worker, args=(queue, done), daemon=True,
                                             name=f"swe-worker-{k}")
                            for k in range(min(self.config.workers, len(todo)))]
-                for t in threads:
-                    t.start()
-                try:
-                    while any(t.is_alive() for t in threads):
-                        for t in threads:
-                            t.join(timeout=0.5)
-                except KeyboardInterrupt:
-                    summary.interrupted = True
-                    self._interrupt(tmux, threads)
+                with on_signals(lambda: self._interrupt(tmux, threads) if summary.interrupted else None):
+                    for t in threads:
+                        t.start()
+                    try:
+                        while any(t.is_alive() for t in threads):
+                            for t in threads:
+                                t.join(timeout=0.5)
+                    except KeyboardInterrupt:
+                        summary.interrupted = True
         finally:
             if sampler:
                 sampler.close()
             if self.proxy is not None:
                 self.proxy.close()
-            if previous is not None:
-                signal.signal(signal.SIGTERM, previous)
             shutil.rmtree(self.scratch, ignore_errors=True)
             bar.close()
         write_run_trace(self.config.run_dir)
@@ -354,5 +354,17 @@ def write_run_trace(run_dir: Path) -> int:
     return len(sessions)
 
 
-def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
+@contextmanager
+def on_signals(stop: Callable[[], None]) -> Iterator[None]:
+    """Ctrl-C or SIGTERM raise KeyboardInterrupt in the block once, and `stop()` runs on leaving with
+    both ignored, so an impatient second Ctrl-C cannot cut the stopping short and leave builds, tests
+    or an engine behind (`stop_on_signals`). Outside the main thread, which gets no signals, only
+    `stop()` on leaving."""
+    if threading.current_thread() is threading.main_thread():
+        with stop_on_signals(stop):
+            yield
+    else:
+        try:
+            yield
+        finally:
+            stop()

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from evaluation.swebench import modes, specs
-from evaluation.swebench.driver import MODEL, ORACLE, Backend, Driver, DriverConfig, RunSummary
+from evaluation.swebench.driver import MODEL, ORACLE, Backend, Driver, DriverConfig, RunSummary, on_signals
 from evaluation.swebench.engine_proc import REPO, EngineProcess, EngineStartError
 from evaluation.swebench.oracle import ORACLE_LABEL
 from evaluation.swebench.records import SweInstance
@@ -245,14 +245,21 @@ def run(args: argparse.Namespace) -> int:
     else:
         instances, backend = _offline_instances(args, ids), modes.OfflineBackend(grade=not args.no_grade)
     run_dir = args.output_dir or REPO / "runs" / "swebench" / f"{mode}-{args.policy}"
-    engine = None
-    if engine_url is None and not has_model:  # the oracle harness needs an engine: start one
-        engine = EngineProcess(args.policy, args.model, run_dir / "engine.log",
-                               extra_args=["--kv-cache-memory-bytes", str(args.kv_cache_bytes), *args.engine_arg])
-        print(f"starting engine: policy {args.policy}, model {args.model} (log {engine.log_path})", file=sys.stderr)
-        engine.start()
-        engine_url = engine.url
-    try:
+    engine: EngineProcess | None = None
+
+    def stop_engine() -> None:
+        if engine is not None:
+            engine.stop()
+
+    with on_signals(stop_engine):  # the engine goes with the run, also on Ctrl-C (twice) or SIGTERM
+        if engine_url is None and not has_model:  # the oracle harness needs an engine: start one
+            engine = EngineProcess(args.policy, args.model, run_dir / "engine.log",
+                                   extra_args=["--kv-cache-memory-bytes", str(args.kv_cache_bytes),
+                                               *args.engine_arg])
+            print(f"starting engine: policy {args.policy}, model {args.model} (log {engine.log_path})",
+                  file=sys.stderr)
+            engine.start()
+            engine_url = engine.url
         cfg, harness = agent_config(args, base_cfg, engine_url)
         model_name = f"mars-openhands/{ORACLE_LABEL}" if harness == ORACLE else f"mars-openhands/{cfg.llm.model}"
         metadata = {"mode": mode, "harness": harness, "policy": args.policy,
@@ -276,9 +283,6 @@ def run(args: argparse.Namespace) -> int:
             summary = driver.run(instances)
         finally:
             instrument.disable()
-    finally:
-        if engine is not None:
-            engine.stop()
     _print_summary(summary, len(instances))
     if summary.interrupted:
         return 130

@@ -89,13 +89,20 @@ def _instance(base: str, setup: str, **over: object) -> SweInstance:
     return SweInstance.from_dict(d)
 
 
+REQS_PATHS = {REPO: ("requirements-test.txt",)}
+#: a pre_install step that gives the environment pytest from this interpreter's site-packages
+HOST_PTH = (f"python -c \"import site; open(site.getsitepackages()[0] + '/host.pth', 'w')"
+            f".write('{HOST_SITE}')\"")
+
+
+def _entry(**spec: object) -> dict[str, object]:
+    """The spec of the test repository (the registry is not asked in tests: see HOST_PTH)."""
+    return {"python": PY, "packages": "requirements.txt", "test_cmd": "python -m pytest -rA -p no:cacheprovider",
+            "pre_install": [HOST_PTH], "install": "touch build.stamp", **spec}
+
+
 def _tables(**spec: object) -> specs.SpecTables:
-    entry = {"python": PY, "packages": "requirements.txt", "test_cmd": "python -m pytest -rA -p no:cacheprovider",
-             # the registry is not asked in tests: pytest comes from this interpreter's site-packages
-             "pre_install": [f"python -c \"import site; open(site.getsitepackages()[0] + '/host.pth', 'w')"
-                             f".write('{HOST_SITE}')\""],
-             "install": "touch build.stamp", **spec}
-    return specs.SpecTables({REPO: {VERSION: entry}}, {REPO: ("requirements-test.txt",)}, "test")
+    return specs.SpecTables({REPO: {VERSION: _entry(**spec)}}, REQS_PATHS, "test")
 
 
 @pytest.fixture(scope="module")
