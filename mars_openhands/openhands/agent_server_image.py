@@ -26,6 +26,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from mars_openhands.openhands.config import ConfigError, load_config
 
@@ -37,6 +38,7 @@ BOOT_MODULE = "mars_openhands.openhands.boot"
 DEFAULT_REPOSITORY = "mars-openhands/agent-server"
 DEFAULT_TAG = "1.34.0-python-mars"
 DEFAULT_OUT = Path("build/agent-server-image")
+LOOPBACK = ("localhost", "127.0.0.1", "::1")
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 #: What the boot module imports, transitively (relative to the repository root).
@@ -178,6 +180,9 @@ def main(argv: list[str] | None = None) -> int:
     if not events_url:
         print("note: no events URL (--events-url or [mars] events_url): sandboxes will send no events",
               file=sys.stderr)
+    elif urlsplit(events_url).hostname in LOOPBACK:
+        print(f"note: {events_url} is this host's loopback; inside a container it is the container itself "
+              "(the app's containers reach the host as host.docker.internal)", file=sys.stderr)
     print("app server settings (also in app.env):")
     for key, value in app_settings(spec).items():
         print(f"  {key}={shlex.quote(value)}")

@@ -96,9 +96,15 @@ def test_no_build_prints_the_settings_from_mars_toml(tmp_path, capsys):
     cfg = tmp_path / "mars.toml"
     cfg.write_text(f'[llm]\nmodel = "m"\nbase_url = "http://127.0.0.1:8000/v1"\n[mars]\nevents_url = "{EVENTS}"\n')
     assert img.main(["--config", str(cfg), "--out", str(tmp_path / "ctx"), "--no-build", "--tag", "x1"]) == 0
-    out = capsys.readouterr().out
-    assert "AGENT_SERVER_IMAGE_TAG=x1" in out
-    assert "MARS_EVENTS_URL" in out and EVENTS in out
+    out = capsys.readouterr()
+    assert "AGENT_SERVER_IMAGE_TAG=x1" in out.out
+    assert "MARS_EVENTS_URL" in out.out and EVENTS in out.out
+    assert "loopback" not in out.err
+
+
+def test_a_loopback_events_url_is_pointed_out(tmp_path, capsys):
+    assert img.main(["--events-url", "http://127.0.0.1:8000/mars/v1/events", "--out", str(tmp_path), "--no-build"]) == 0
+    assert "host.docker.internal" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("argv, message", [
