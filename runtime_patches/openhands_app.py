@@ -184,14 +184,21 @@ def _unused_port(orig: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+def ready_limit_s() -> int:
+    """Seconds an agent-server gets to answer; PatchError naming the variable if it is malformed."""
+    raw = os.environ.get(READY_TIMEOUT_ENV)
+    try:
+        limit = int(raw) if raw else READY_TIMEOUT_S
+    except ValueError:
+        limit = 0
+    if limit <= 0:
+        raise PatchError(f"{READY_TIMEOUT_ENV}: expected whole seconds > 0, got {raw!r}")
+    return limit
+
+
 def _ready_timeout(orig: Callable[..., Any]) -> Callable[..., Any]:
     def wrapper(self: Any, port: int, timeout: int = 30) -> Any:
-        raw = os.environ.get(READY_TIMEOUT_ENV)
-        try:
-            limit = int(raw) if raw else READY_TIMEOUT_S
-        except ValueError:
-            raise PatchError(f"{READY_TIMEOUT_ENV}: expected whole seconds, got {raw!r}") from None
-        return orig(self, port, max(timeout, limit))
+        return orig(self, port, max(timeout, ready_limit_s()))
     return wrapper
 
 
@@ -209,6 +216,7 @@ def apply() -> list[str]:
 
     Without process sandboxes only `running`, `ports` and `ready` are applied (they touch the
     process sandbox service alone); `localhost` and `browser` are left as shipped."""
+    ready_limit_s()  # a malformed limit fails here, not at the first sandbox start
     problems = check()
     if problems:
         raise PatchError(f"mars-openhands cannot patch openhands-ai {app_version()}: " + "; ".join(problems))

@@ -3,18 +3,21 @@
 The app gives every conversation the same LLM settings, so one endpoint serves them all. Unlike
 `tests.agent.doubles.ScriptedLLM` (one script consumed in arrival order), each conversation here
 plays the whole script: the step is the number of assistant turns already in the request's
-messages. Everything else is `ScriptedLLM`'s: side calls without tools get a plain reply, and with
-`upstream=` every agent turn is first served by the real engine (same messages, session header and
-`vllm_xargs`). The app's agent-servers ask for streamed replies: those get the same reply as
-server-sent events (one chunk with the whole message, one with finish reason and usage).
+messages. Everything else is as in `ScriptedLLM`: side calls without tools get a plain reply, and
+with `upstream=` every agent turn is first served by the real engine (same messages, session header
+and `vllm_xargs`; exactly `output_tokens` decoded, as the SWE-bench oracle proxy forces them). The
+app's agent-servers ask for streamed replies: those get the same reply as server-sent events (one
+chunk with the whole message, one with finish reason and usage).
 """
 from __future__ import annotations
 
 import json
 import time
+import urllib.error
+import urllib.request
 from typing import Any
 
-from tests.agent.doubles import LLMRequest, ScriptedLLM, ToolCallStep, _Handler, _Server
+from tests.agent.doubles import LLMRequest, ToolCallStep, _Handler, _Server
 
 
 class _SessionLLMHandler(_Handler):
@@ -61,20 +64,38 @@ class _SessionLLMHandler(_Handler):
              "function": {"name": step.tool, "arguments": json.dumps(step.args)}}]}, "tool_calls", usage)
 
 
-class SessionScriptedLLM(ScriptedLLM):
+class SessionScriptedLLM(_Server):
     """Every conversation replays `steps`, then calls `finish`; requests are kept per session."""
 
-    def __init__(self, steps: list[ToolCallStep], upstream: str | None = None):
-        _Server.__init__(self, _SessionLLMHandler)
+    def __init__(self, steps: list[ToolCallStep], upstream: str | None = None, output_tokens: int = 4):
+        super().__init__(_SessionLLMHandler)
         self.upstream = upstream
+        self.output_tokens = output_tokens
         self.steps = list(steps)
         self.finish_step = ToolCallStep("finish", {"message": "done"}, 1500, 10)
         self.side_requests: list[LLMRequest] = []
         self.agent_requests: list[LLMRequest] = []
 
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
     def forward(self, body: dict[str, Any], headers: Any) -> dict[str, Any]:
-        """As ScriptedLLM's; the engine's turn is not streamed, so no stream_options go with it."""
-        return super().forward({k: v for k, v in body.items() if k != "stream_options"}, headers)
+        """As ScriptedLLM's (not streamed: no stream_options), with exactly `output_tokens` decoded."""
+        with urllib.request.urlopen(f"{self.upstream}/v1/models", timeout=30) as r:
+            model = json.load(r)["data"][0]["id"]
+        drop = {"model", "max_completion_tokens", "max_tokens", "reasoning_effort", "stream", "stream_options"}
+        fwd = {**{k: v for k, v in body.items() if k not in drop}, "model": model,
+               "max_tokens": self.output_tokens, "min_tokens": self.output_tokens, "ignore_eos": True}
+        sent = {k: v for k, v in headers.items() if k.lower() in ("x-session-id", "x-turn-index")}
+        req = urllib.request.Request(f"{self.upstream}/v1/chat/completions", data=json.dumps(fwd).encode(),
+                                     headers={"Content-Type": "application/json", **sent})
+        try:
+            with urllib.request.urlopen(req, timeout=900) as r:
+                usage: dict[str, Any] = json.load(r)["usage"]
+                return usage
+        except urllib.error.HTTPError as e:
+            raise RuntimeError(f"engine refused the turn: HTTP {e.code}: {e.read()[:500]!r}") from None
 
     def by_session(self) -> dict[str, list[LLMRequest]]:
         out: dict[str, list[LLMRequest]] = {}

@@ -48,3 +48,21 @@ def test_outside_the_app_environment_it_says_where_it_runs(tmp_path, capsys):
     assert cli.main(["app", "--config", str(_config(tmp_path).path)]) == 2
     err = capsys.readouterr().err
     assert "the OpenHands app (openhands-ai) is not installed" in err and "make setup-app" in err
+
+
+@pytest.mark.parametrize("raw", ["ten", "0", "-5"])
+def test_a_malformed_sandbox_ready_limit_is_named(monkeypatch, raw):
+    from runtime_patches import openhands_app
+
+    monkeypatch.setenv(openhands_app.READY_TIMEOUT_ENV, raw)
+    with pytest.raises(openhands_app.PatchError, match="MARS_SANDBOX_READY_TIMEOUT_S: expected whole seconds"):
+        openhands_app.apply()
+
+
+def test_the_sandbox_ready_limit_defaults_and_reads_the_environment(monkeypatch):
+    from runtime_patches import openhands_app
+
+    monkeypatch.delenv(openhands_app.READY_TIMEOUT_ENV, raising=False)
+    assert openhands_app.ready_limit_s() == openhands_app.READY_TIMEOUT_S
+    monkeypatch.setenv(openhands_app.READY_TIMEOUT_ENV, "600")
+    assert openhands_app.ready_limit_s() == 600
