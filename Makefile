@@ -176,7 +176,7 @@ swebench-specs: setup-agent
 
 # MARS vs FCFS with K concurrent agents on real instances (evaluation/swebench/demo.py --mode local).
 demo-real: setup models/tiny/.done
-	$(AGENT_PY) -m evaluation.swebench.demo --mode local --workers 4 --kv-cache-bytes 128000000 \
+	$(AGENT_PY) -m evaluation.swebench.demo --mode local \
 		$(if $(POLICIES),--policies $(POLICIES)) $(if $(DATASET),--dataset $(DATASET)) \
 		$(if $(INSTANCES),--instances $(INSTANCES)) $(foreach s,$(REPO_SOURCES),--repo-source=$(s))
 

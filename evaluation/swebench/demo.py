@@ -13,6 +13,14 @@ environments from swebench's specs (`local_harness.py`), so the agents wait on r
 and real file contents. It checks every input first and stops at once naming what to provide,
 then builds (or finds cached) every environment before the first policy runs, so no policy pays
 for a build.
+
+Why the local defaults (`LOCAL`) differ: the engine prefills on the CPU, and its work per prompt
+token grows with the context (attention dominates a model this small), so real file views and test
+logs filling the tiny model's 32k context made the engine, not the tools, the whole run (10
+instances did not fit in an hour on 2 cores). The engine gets a 16k context instead, in which the
+oracle proxy keeps each agent's prompt by cutting its oldest observations short (an
+observation-masking condenser, cache-friendly: see `llm_proxy.py`), and the KV cache is sized for
+that context so that 5 agents still need about twice what it holds.
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ import json
 import os
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -34,13 +43,30 @@ DEFAULT_POLICIES = "mars,fcfs"
 REAL_INSTANCES = REPO / "evaluation" / "swebench" / "instances" / "lite-10.txt"
 
 
+@dataclass(frozen=True)
+class Setting:
+    """K, the engine's KV cache and its context (None: the model's own) of one mode's demo."""
+
+    workers: int
+    kv_cache_bytes: int
+    context: int | None
+
+
+#: offline: 96 MB is ~47k tokens of the tiny model. local: 48 MB is ~23k tokens, a 16k context.
+SETTINGS = {"offline": Setting(8, 96_000_000, None), "local": Setting(5, 48_000_000, 16_384)}
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m evaluation.swebench.demo", description=__doc__.splitlines()[0])
     p.add_argument("--policies", default=DEFAULT_POLICIES, help=f"comma-separated (default {DEFAULT_POLICIES})")
-    p.add_argument("--workers", type=int, default=8, help="concurrent agents K (default 8)")
+    p.add_argument("--workers", type=int, help="concurrent agents K (default: offline 8, local 5)")
     p.add_argument("--model", type=Path, default=REPO / "models" / "tiny")
-    p.add_argument("--kv-cache-bytes", type=int, default=96_000_000,
-                   help="engine KV cache; scarce on purpose (default 96 MB: ~47k tokens of the tiny model)")
+    p.add_argument("--kv-cache-bytes", type=int,
+                   help="engine KV cache; scarce on purpose (default: offline 96 MB, ~47k tokens of the tiny "
+                        "model; local 48 MB, ~23k tokens)")
+    p.add_argument("--context", type=int, metavar="TOKENS",
+                   help="the engine's context (vLLM --max-model-len); the oracle fits prompts into it "
+                        "(default: offline the model's, local 16384)")
     p.add_argument("--instances", default="", help="offline: subset of the bundled tasks (default all); "
                                                    f"local: ids or @FILE (default @{REAL_INSTANCES.relative_to(REPO)})")
     p.add_argument("--out", type=Path, help="runs and plots (default runs/demo, local: runs/demo-real)")
@@ -60,6 +86,7 @@ def preflight_local(args: argparse.Namespace) -> tuple[list[str], LocalBackend]:
     from evaluation.swebench import run as swe_run
     from evaluation.swebench import specs
     from evaluation.swebench.local_env import EnvError
+    from evaluation.swebench.sources import SourceError
 
     problems: list[str] = []
     dataset = args.dataset or os.environ.get(swe_run.DATASET_ENV, "")
@@ -92,7 +119,10 @@ def preflight_local(args: argparse.Namespace) -> tuple[list[str], LocalBackend]:
         raise swe_run.UsageError("demo-real cannot start:\n  - " + "\n  - ".join(sorted(set(problems))))
     for inst in {backend.spec(i).env_name: i for i in instances}.values():  # one instance per environment
         t0 = time.time()
-        env = backend.cache.ensure(backend.spec(inst), inst)
+        try:
+            env = backend.cache.ensure(backend.spec(inst), inst)
+        except (EnvError, SourceError) as e:
+            raise swe_run.UsageError(f"demo-real cannot start: the environment of {inst.instance_id}: {e}") from None
         print(f"environment {env.path.name}: ready ({time.time() - t0:.0f} s)", file=sys.stderr)
     return [i.instance_id for i in instances], backend
 
@@ -116,6 +146,10 @@ def main(argv: list[str] | None = None) -> int:
     from mars_openhands import report
 
     args = build_parser().parse_args(argv)
+    setting = SETTINGS[args.mode]
+    workers = args.workers or setting.workers
+    kv_bytes = args.kv_cache_bytes or setting.kv_cache_bytes
+    context = args.context or setting.context
     target = "demo-real" if args.mode == "local" else "demo"
     out = args.out or REPO / "runs" / target
     if not (args.model / "config.json").is_file():
@@ -136,12 +170,14 @@ def main(argv: list[str] | None = None) -> int:
             mode_args.remove("--no-github")
         if args.dataset:
             mode_args += ["--dataset", args.dataset]
+    if context:
+        mode_args.append(f"--engine-arg=--max-model-len={context}")
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     for policy in policies:
-        print(f"\n== {policy}: {args.workers} concurrent agents, KV cache {args.kv_cache_bytes / 1e6:.0f} MB ==",
-              file=sys.stderr)
+        print(f"\n== {policy}: {workers} concurrent agents, KV cache {kv_bytes / 1e6:.0f} MB, context "
+              f"{context or 'of the model'} ==", file=sys.stderr)
         rc = swe_run.main([*mode_args, "--policy", policy, "--model", str(args.model),
-                           "--workers", str(args.workers), "--kv-cache-bytes", str(args.kv_cache_bytes),
+                           "--workers", str(workers), "--kv-cache-bytes", str(kv_bytes),
                            "--output-dir", str(out / policy)])
         if rc != 0:
             print(f"{target}: the {policy} run ended with status {rc}; re-run `make {target}` to resume",

@@ -12,10 +12,15 @@ realistic output lengths, and the same pauses for tools. Only the sampled text i
 One known difference from a real model: the next prompt contains the oracle's reply rather than
 the tokens the engine sampled, so each turn's output tokens (not the prompt) miss the prefix cache.
 
-A prompt longer than the engine's context (real repositories: whole files and test logs in the
-observations) is fitted before it is sent (`fit`): the oldest tool observations are cut short, as
-an agent's condenser would drop them, until prompt and output fit; how many prompt characters that
-took is logged per turn.
+A prompt longer than the engine's context (real repositories put whole files and test logs in the
+observations) is fitted before it is sent (`fit`): the oldest tool observations are cut to their
+head and tail, as an observation-masking condenser would, until prompt and output fit; where that
+is not enough (every observation cut, a long trajectory's calls alone filling the context), the
+oldest turns (a call and its observation) are dropped, as a forgetting condenser would. The cut is
+cache-friendly: an observation once cut (a turn once dropped) stays so in every later turn of that
+agent (so the prompt's prefix up to the newest cut is the same from turn to turn and the engine's
+prefix cache can serve it), and a cut goes down to `TRIM_TO` of the limit, so the next few turns fit
+without moving the cut again.
 """
 
 from __future__ import annotations
@@ -36,7 +41,9 @@ log = logging.getLogger("evaluation.swebench.llm_proxy")
 
 SESSION_HEADERS = ("X-Session-ID", "X-Turn-Index")
 FIT_MARGIN = 64          # tokens kept free beside prompt and output (chat template differences)
-KEEP_CHARS = 400         # what stays of an observation that is cut short
+KEEP_CHARS = 200         # what stays of an observation's head and of its tail when it is cut short
+KEEP_TURNS = 2           # the newest turns (call + observation) are never dropped
+TRIM_TO = 0.75           # a cut leaves the prompt at most this share of the limit (room for later turns)
 ELIDED = "\n[... {n} characters elided to fit the engine's context ...]\n"
 
 
@@ -48,23 +55,76 @@ def _text(content: object) -> str | None:
     return None
 
 
-def elide_observations(messages: list[JSONDict], chars: int) -> int:
-    """Cut the oldest tool observations short until about `chars` characters are gone (in place).
+def _cut(text: str) -> str:
+    n = len(text) - 2 * KEEP_CHARS
+    return text[:KEEP_CHARS] + ELIDED.format(n=n) + text[-KEEP_CHARS:]
 
-    Keeps the head and the tail of each cut observation; returns the characters removed.
-    """
-    removed = 0
+
+def observation_savings(messages: list[JSONDict]) -> list[int]:
+    """Characters that cutting each tool observation (in order) would save; 0 where it cannot be cut."""
+    out = []
     for m in messages:
-        if removed >= chars:
-            break
-        text = _text(m.get("content")) if m.get("role") == "tool" else None
-        if text is None or len(text) <= 2 * KEEP_CHARS:
+        if m.get("role") != "tool":
             continue
-        cut = min(len(text) - 2 * KEEP_CHARS, chars - removed + len(ELIDED))
-        head = (len(text) - cut) // 2
-        m["content"] = text[:head] + ELIDED.format(n=cut) + text[head + cut:]
-        removed += cut - len(ELIDED)
+        text = _text(m.get("content"))
+        out.append(max(0, len(text) - len(_cut(text))) if text is not None else 0)
+    return out
+
+
+def elide_observations(messages: list[JSONDict], count: int) -> int:
+    """Cut the `count` oldest tool observations to their head and tail (in place); returns the
+    characters removed. The same `count` always gives the same messages (a stable prefix)."""
+    removed, seen = 0, 0
+    for m in messages:
+        if seen >= count:
+            break
+        if m.get("role") != "tool":
+            continue
+        seen += 1
+        text = _text(m.get("content"))
+        if text is not None and len(_cut(text)) < len(text):
+            m["content"] = _cut(text)
+            removed += len(text) - len(m["content"])
     return removed
+
+
+def drop_turns(messages: list[JSONDict], count: int) -> list[JSONDict]:
+    """`messages` without the `count` oldest turns: assistant messages with tool calls and the tool
+    results answering them (the pairs stay whole, as chat templates require)."""
+    out, calls, dropped = [], set(), 0
+    for m in messages:
+        if m.get("role") == "assistant" and m.get("tool_calls") and dropped < count:
+            dropped += 1
+            calls |= {c.get("id") for c in m["tool_calls"]}
+        elif not (m.get("role") == "tool" and m.get("tool_call_id") in calls):
+            out.append(m)
+    return out
+
+
+def turn_sizes(messages: list[JSONDict]) -> list[int]:
+    """Characters of each turn (a call and its results), oldest first."""
+    sizes: list[int] = []
+    owner: dict[object, int] = {}
+    for m in messages:
+        if m.get("role") == "assistant" and m.get("tool_calls"):
+            owner |= {c.get("id"): len(sizes) for c in m["tool_calls"]}
+            sizes.append(len(json.dumps(m)))
+        elif m.get("role") == "tool" and m.get("tool_call_id") in owner:
+            sizes[owner[m["tool_call_id"]]] += len(json.dumps(m))
+    return sizes
+
+
+def _take(sizes: list[int], start: int, need: float) -> int:
+    """How far past `start` to go along `sizes` until `need` is covered (or the list ends)."""
+    end = start
+    while need > 0 and end < len(sizes):
+        need -= sizes[end]
+        end += 1
+    return end
+
+
+def _chars(messages: list[JSONDict], tools: object) -> int:
+    return len(json.dumps(messages)) + len(json.dumps(tools or []))
 
 
 class EngineUnavailable(RuntimeError):
@@ -75,6 +135,8 @@ class EngineUnavailable(RuntimeError):
 class _Entry:
     oracle: Oracle
     turns: list[EngineTurn] = field(default_factory=list)
+    elided: int = 0  # the oldest tool observations cut short in this agent's prompts (never fewer later)
+    dropped: int = 0  # the oldest turns left out of them (never fewer later)
 
 
 class OracleProxy:
@@ -160,33 +222,42 @@ class OracleProxy:
         r.raise_for_status()
         return int(r.json()["count"])
 
-    def fit(self, body: JSONDict, n_out: int) -> tuple[list[JSONDict], int]:
-        """The messages to send: the agent's, with old observations cut short where prompt and output
-        would not fit the engine's context; also the characters cut."""
+    def fit(self, entry: _Entry, body: JSONDict, n_out: int) -> list[JSONDict]:
+        """The messages to send: the agent's, with its oldest observations cut short (then its oldest
+        turns dropped) where prompt and output would not fit the engine's context (see the module's
+        docstring)."""
         messages: list[JSONDict] = body["messages"]
-        if self.context_len is None:
-            return messages, 0
-        chars = len(json.dumps(messages)) + len(json.dumps(body.get("tools") or []))
-        if chars + n_out + FIT_MARGIN + 8 * len(messages) <= self.context_len:
-            return messages, 0  # a token is at least a character: it fits without asking the engine
-        messages = json.loads(json.dumps(messages))
-        cut = 0
-        for _ in range(8):
-            excess = self.prompt_tokens(messages, body.get("tools")) + n_out + FIT_MARGIN - self.context_len
-            if excess <= 0:
-                break
-            removed = elide_observations(messages, 4 * excess)
-            if removed <= 0:
-                break  # nothing left to cut: the engine says why
-            cut += removed
-        return messages, cut
+        tools = body.get("tools")
+        limit = self.context_len
+        if limit is None:
+            return messages
+        if not entry.elided and _chars(messages, tools) + n_out + FIT_MARGIN + 8 * len(messages) <= limit:
+            return messages  # a token is at least a character: it fits without asking the engine
+        savings = observation_savings(messages)
+        target = int(TRIM_TO * limit) - n_out - FIT_MARGIN
+        while True:  # each round cuts or drops more (or stops): at most one round per message
+            fitted = json.loads(json.dumps(messages))
+            elide_observations(fitted, entry.elided)
+            fitted = drop_turns(fitted, entry.dropped)
+            tokens = self.prompt_tokens(fitted, tools)
+            if tokens + n_out + FIT_MARGIN <= limit:
+                return fitted
+            need = (tokens - target) * _chars(fitted, tools) / max(1, tokens)
+            more = _take(savings, entry.elided, need)
+            if more > entry.elided:
+                entry.elided = more
+                log.info("oracle proxy: the %d oldest observations cut short to fit %d tokens", more, limit)
+                continue
+            sizes = turn_sizes(fitted)[:-KEEP_TURNS]
+            drop = _take(sizes, 0, need)
+            if not drop:
+                return fitted  # nothing left to cut: the engine says why
+            entry.dropped += drop
+            log.info("oracle proxy: the %d oldest turns dropped to fit %d tokens", entry.dropped, limit)
 
-    def forward(self, body: JSONDict, headers: dict[str, str], n_out: int) -> JSONDict:
+    def forward(self, entry: _Entry, body: JSONDict, headers: dict[str, str], n_out: int) -> JSONDict:
         """The agent's prompt to the engine, with its session tags and a forced output length."""
-        messages, cut = self.fit(body, n_out)
-        if cut:
-            log.info("oracle proxy: %d prompt characters elided to fit the engine's context (%s tokens)",
-                     cut, self.context_len)
+        messages = self.fit(entry, body, n_out)
         req: JSONDict = {
             "model": self.engine_model, "messages": messages, "stream": False,
             "max_tokens": n_out, "min_tokens": n_out, "ignore_eos": True, "temperature": 0.0,
@@ -216,7 +287,7 @@ class OracleProxy:
         step = entry.oracle.next_step(messages)
         n_out = self.output_tokens(step.text())
         t0 = time.perf_counter()
-        engine = self.forward(body, headers, n_out)
+        engine = self.forward(entry, body, headers, n_out)
         usage = engine.get("usage") or {}
         cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
         record = EngineTurn(turn, int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0)),

@@ -96,3 +96,60 @@ def test_a_prompt_over_the_engines_context_is_fitted_by_cutting_old_observations
             assert engine.chats[-1][1]["messages"] == msgs[:2]  # a prompt that fits goes as it is
     finally:
         engine.close()
+
+
+def test_cut_observations_stay_cut_so_the_prompt_prefix_is_stable_and_a_cut_leaves_room():
+    from evaluation.swebench.llm_proxy import TRIM_TO
+    from tests.swebench_driver.fake_engine import FakeEngine
+
+    engine = FakeEngine(max_model_len=2000)  # its tokenizer: 4 characters a token
+    steps = [OracleStep("terminal", {"command": "ls"}, "Next.", StepKind.EXPLORE)] * 6
+    try:
+        with OracleProxy(engine.url) as proxy:
+            url = proxy.register("i", Oracle("i", steps))
+            msgs = [{"role": "system", "content": "sys"}, {"role": "user", "content": "fix it"}]
+
+            def turn(observation: str) -> list:
+                n = sum(m["role"] == "tool" for m in msgs)
+                msgs.extend([steps[0].as_message(f"c{n}"), {"role": "tool", "tool_call_id": f"c{n}",
+                                                            "content": observation}])
+                assert _chat(url, msgs).status_code == 200
+                return engine.chats[-1][1]["messages"]
+
+            turn("A" * 6000)
+            first = turn("B" * 4000)     # over the context: the oldest observation is cut
+            assert "elided" in first[3]["content"] and first[5]["content"] == "B" * 4000
+            second = turn("C" * 400)     # fits again: the same cut, so the same prefix
+            assert second[:len(first)] == first and second[-1]["content"] == "C" * 400
+            third = turn("D" * 2000)     # over again: the next oldest goes too, with room left
+            assert third[:4] == first[:4] and "elided" in third[5]["content"] and third[-1]["content"] == "D" * 2000
+            assert len(json.dumps(third)) // 4 <= TRIM_TO * 2000
+    finally:
+        engine.close()
+
+
+def test_when_cutting_observations_is_not_enough_the_oldest_turns_are_dropped_whole():
+    from tests.swebench_driver.fake_engine import FakeEngine
+
+    engine = FakeEngine(max_model_len=1000)  # its tokenizer: 4 characters a token
+    steps = [OracleStep("terminal", {"command": "ls"}, "Next.", StepKind.EXPLORE)] * 12
+    try:
+        with OracleProxy(engine.url) as proxy:
+            url = proxy.register("i", Oracle("i", steps))
+            msgs = [{"role": "system", "content": "sys"}, {"role": "user", "content": "fix it"}]
+            for n in range(8):  # long calls, short observations: nothing to cut, turns to drop
+                call = steps[0].as_message(f"c{n}")
+                call["content"] = f"thought {n} " + "t" * 600
+                msgs += [call, {"role": "tool", "tool_call_id": f"c{n}", "content": f"out {n}"}]
+            assert _chat(url, msgs).status_code == 200
+            sent = engine.chats[-1][1]["messages"]
+            assert sent[:2] == msgs[:2] and sent[-4:] == msgs[-4:]  # the task and the newest turns stay
+            kept = [m["tool_call_id"] for m in sent if m["role"] == "tool"]
+            calls = [m["tool_calls"][0]["id"] for m in sent if m["role"] == "assistant"]
+            assert kept == calls and len(kept) < 8 and kept == [f"c{n}" for n in range(8 - len(kept), 8)]
+            assert len(json.dumps(sent)) // 4 + engine.chats[-1][1]["max_tokens"] <= 1000
+            msgs += [steps[0].as_message("c8"), {"role": "tool", "tool_call_id": "c8", "content": "out 8"}]
+            assert _chat(url, msgs).status_code == 200  # the next turn drops the same turns (a stable prefix)
+            assert engine.chats[-1][1]["messages"][:len(sent)] == sent
+    finally:
+        engine.close()
