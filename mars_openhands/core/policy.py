@@ -274,8 +274,8 @@ class Policy:
         quantum = self.ordering.prefill_quantum(req, self.ctx)
         return n if quantum is None else min(n, quantum)
 
-    def shrink(self, tokens: int) -> int | None:
-        return self.chunking.shrink(tokens, self.ctx.kv.block_size)
+    def shrink(self, tokens: int, room_tokens: int | None = None) -> int | None:
+        return self.chunking.shrink(tokens, self.ctx.kv.block_size, room_tokens)
 
     def revocation_order(self) -> list[Pin]:
         return self.retention.revocation_order(list(self.ctx.pins), self.ctx)

@@ -13,10 +13,10 @@ what their deployment needs (e.g. the OpenHands runs' AIMD window 2 / 8 / 8) wit
 | infercept             | request FCFS      | none     | newest                 | min-waste | none      |
 | continuum             | program FCFS+pins | none     | latest session         | fixed TTL | none      |
 | continuum-dy          | program FCFS+pins | none     | latest session         | dyn. TTL  | none      |
-| mars                  | MLFQ + aging      | halving  | (level, blocks, arr.)  | priced    | AIMD + LB |
-| mars-no-priority      | request FCFS      | halving  | newest                 | priced    | AIMD + LB |
-| mars-no-admission     | MLFQ + aging      | halving  | (level, blocks, arr.)  | priced    | none      |
-| mars-no-retention     | MLFQ + aging      | halving  | (level, blocks, arr.)  | none      | AIMD + LB |
+| mars                  | MLFQ + aging      | to room  | (level, blocks, arr.)  | priced    | AIMD + LB |
+| mars-no-priority      | request FCFS      | to room  | newest                 | priced    | AIMD + LB |
+| mars-no-admission     | MLFQ + aging      | to room  | (level, blocks, arr.)  | priced    | none      |
+| mars-no-retention     | MLFQ + aging      | to room  | (level, blocks, arr.)  | none      | AIMD + LB |
 | mars-no-chunk-shrink  | MLFQ + aging      | none     | (level, blocks, arr.)  | priced    | AIMD + LB |
 | thunderagent          | request FCFS      | none     | newest                 | none      | programs  |
 
@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mars_openhands.core.admission import AimdAdmission, AimdConfig
-from mars_openhands.core.chunking import HalvingShrink, NoShrink
+from mars_openhands.core.chunking import NoShrink, ShrinkToRoom
 from mars_openhands.core.context import PolicyContext
 from mars_openhands.core.continuum import ContinuumConfig, DynamicTtlRetention, FixedTtlRetention
 from mars_openhands.core.model import CpuState, KVState
@@ -157,7 +157,7 @@ def _mars(name: str, *, priority: bool = True, admission: bool = True, retention
             ordering, victim = mlfq, LevelBlocksArrivalVictim(mlfq.base_level, spare_decode=True)
         else:
             ordering, victim = FcfsOrdering(), NewestVictim()
-        return _policy(name, shape, cfg, ordering, HalvingShrink() if chunk_shrink else NoShrink(),
+        return _policy(name, shape, cfg, ordering, ShrinkToRoom() if chunk_shrink else NoShrink(),
                        victim, PricedRetention(cfg.priced) if retention else NoRetention(),
                        AimdAdmission(aimd) if admission else None)
     return build

@@ -59,8 +59,11 @@ class ChunkSizer(ABC):
     """What to try when a prefill chunk cannot get KV blocks, before anyone is preempted."""
 
     @abstractmethod
-    def shrink(self, tokens: int, block_size: int) -> int | None:
-        """A smaller chunk to retry with, or None to give up (then the engine preempts)."""
+    def shrink(self, tokens: int, block_size: int, room_tokens: int | None = None) -> int | None:
+        """A smaller chunk to retry with, or None to give up (then the engine preempts).
+
+        `room_tokens`: the engine's estimate of the most new tokens the request's blocks and the
+        free blocks hold now (None: unknown)."""
 
 
 class VictimSelector(ABC):

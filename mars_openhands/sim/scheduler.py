@@ -183,7 +183,7 @@ class Scheduler:
                 if pending:
                     pool.take(pending)
                     pending = 0
-                m = pol.shrink(n)
+                m = pol.shrink(n, (pool.free + req.kv_blocks) * bs - r.c)
                 if m is not None and 0 < m < n:
                     n = m
                     continue

@@ -505,9 +505,9 @@ class MarsSchedulerMixin(_SchedulerBase):
         rid = request.request_id
         self._shrunk.pop(rid, None)
         blocks = None if tried else self._stock_allocate(request, n, *args, **kwargs)
-        size = n
+        size, room = n, self._room_tokens(request, kwargs)
         while blocks is None:
-            smaller = self.mars.shrink(size)
+            smaller = self.mars.shrink(size, room)
             if smaller is None or smaller >= size or smaller <= 0:
                 return None
             size = smaller
@@ -516,6 +516,18 @@ class MarsSchedulerMixin(_SchedulerBase):
             self._shrunk[rid] = size
             self.mars_counters["chunks_shrunk"] += 1
         return blocks
+
+    def _room_tokens(self, request: Request, kwargs: dict) -> int:
+        """An estimate of the most new tokens `request` can get blocks for now: its own blocks
+        and the free ones, less its computed, prefix-hit and lookahead tokens. vLLM's own count
+        differs where cached blocks it reuses sit in the free queue; an estimate that proves too
+        high only makes the policy fall back to halving."""
+        bs = self.cache_config.block_size
+        own = self._num_blocks(request.request_id)
+        free = self.kv_cache_manager.block_pool.get_num_free_blocks()
+        used = (request.num_computed_tokens + kwargs.get("num_new_computed_tokens", 0)
+                + kwargs.get("num_external_computed_tokens", 0) + kwargs.get("num_lookahead_tokens", 0))
+        return (own + free) * bs - used
 
     def _choose_victim(self, running: _VictimList) -> Request | None:
         """Victim among the running requests not yet scheduled this step (from the current one on)."""
@@ -548,9 +560,11 @@ class MarsSchedulerMixin(_SchedulerBase):
 
     def _sync_blocks(self, c: CoreRequest) -> CoreRequest:
         self._sync(c)
-        c.kv_blocks = sum(len(m.req_to_blocks.get(c.request_id, ()))
-                          for m in self.kv_cache_manager.coordinator.single_type_managers)
+        c.kv_blocks = self._num_blocks(c.request_id)
         return c
+
+    def _num_blocks(self, rid: str) -> int:
+        return sum(len(m.req_to_blocks.get(rid, ())) for m in self.kv_cache_manager.coordinator.single_type_managers)
 
     def _update_after_schedule(self, scheduler_output: SchedulerOutput) -> None:
         counts = scheduler_output.num_scheduled_tokens

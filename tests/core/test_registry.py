@@ -5,7 +5,7 @@ import pytest
 
 from mars_openhands.core import EngineShape, PolicyConfig, build_policy, policy_names
 from mars_openhands.core.admission import AimdAdmission
-from mars_openhands.core.chunking import HalvingShrink, NoShrink
+from mars_openhands.core.chunking import NoShrink, ShrinkToRoom
 from mars_openhands.core.continuum import DynamicTtlRetention, FixedTtlRetention
 from mars_openhands.core.ordering import FcfsOrdering, MlfqOrdering, PlasOrdering, ProgramFcfsOrdering
 from mars_openhands.core.priced import PricedRetention
@@ -21,10 +21,10 @@ EXPECTED = {
     "infercept": (FcfsOrdering, NoShrink, NewestVictim, MinWasteRetention, None),
     "continuum": (ProgramFcfsOrdering, NoShrink, ContinuumVictim, FixedTtlRetention, None),
     "continuum-dy": (ProgramFcfsOrdering, NoShrink, ContinuumVictim, DynamicTtlRetention, None),
-    "mars": (MlfqOrdering, HalvingShrink, LevelBlocksArrivalVictim, PricedRetention, AimdAdmission),
-    "mars-no-priority": (FcfsOrdering, HalvingShrink, NewestVictim, PricedRetention, AimdAdmission),
-    "mars-no-admission": (MlfqOrdering, HalvingShrink, LevelBlocksArrivalVictim, PricedRetention, None),
-    "mars-no-retention": (MlfqOrdering, HalvingShrink, LevelBlocksArrivalVictim, NoRetention,
+    "mars": (MlfqOrdering, ShrinkToRoom, LevelBlocksArrivalVictim, PricedRetention, AimdAdmission),
+    "mars-no-priority": (FcfsOrdering, ShrinkToRoom, NewestVictim, PricedRetention, AimdAdmission),
+    "mars-no-admission": (MlfqOrdering, ShrinkToRoom, LevelBlocksArrivalVictim, PricedRetention, None),
+    "mars-no-retention": (MlfqOrdering, ShrinkToRoom, LevelBlocksArrivalVictim, NoRetention,
                           AimdAdmission),
     "mars-no-chunk-shrink": (MlfqOrdering, NoShrink, LevelBlocksArrivalVictim, PricedRetention, AimdAdmission),
     "thunderagent": (ThunderAgentOrdering, NoShrink, NewestVictim, NoRetention, ThunderAgentAdmission),

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from mars_openhands.core import EngineShape, PinOffer, Request, build_policy
-from mars_openhands.core.chunking import HalvingShrink, NoShrink
+from mars_openhands.core.chunking import NoShrink, ShrinkToRoom
 
 SHAPE = EngineShape(total_blocks=10_000, block_size=16, tool_workers=4)
 
@@ -12,16 +12,25 @@ def req(rid: str, session: str, arrival: float, prompt: int, computed: int, bloc
     return Request(rid, session, arrival, prompt, computed_tokens=computed, kv_blocks=blocks, level=level)
 
 
-def test_halving_shrinks_block_aligned_down_to_one_block_then_gives_up():
-    h, tries, n = HalvingShrink(), [], 2048
+def test_shrink_without_a_room_halves_block_aligned_down_to_one_block_then_gives_up():
+    h, tries, n = ShrinkToRoom(), [], 2048
     while (n := h.shrink(n, 16)) is not None:
         tries.append(n)
     assert tries == [1024, 512, 256, 128, 64, 32, 16]
     assert h.shrink(100, 16) == 48 and h.shrink(16, 16) is None and h.shrink(20, 16) == 16
-    assert NoShrink().shrink(2048, 16) is None
-    assert build_policy("mars", SHAPE).shrink(512) == 256
-    assert build_policy("mars-no-chunk-shrink", SHAPE).shrink(512) is None
-    assert build_policy("fcfs", SHAPE).shrink(512) is None
+    assert NoShrink().shrink(2048, 16) is None and NoShrink().shrink(2048, 16, 100) is None
+
+
+def test_shrink_goes_to_the_room_in_one_step_and_gives_up_below_one_block():
+    h = ShrinkToRoom()
+    assert h.shrink(2048, 16, room_tokens=1500) == 1500           # halving would stop at 1024
+    assert h.shrink(2048, 16, room_tokens=16) == 16 and h.shrink(2048, 16, room_tokens=15) is None
+    assert h.shrink(2048, 16, room_tokens=0) is None and h.shrink(2048, 16, room_tokens=-40) is None
+    # An engine estimate that proved too high (the room-sized chunk failed): halve instead.
+    assert h.shrink(1500, 16, room_tokens=1500) == 736 and h.shrink(1500, 16, room_tokens=4000) == 736
+    assert build_policy("mars", SHAPE).shrink(512) == 256 and build_policy("mars", SHAPE).shrink(512, 300) == 300
+    assert build_policy("mars-no-chunk-shrink", SHAPE).shrink(512, 300) is None
+    assert build_policy("fcfs", SHAPE).shrink(512, 300) is None
 
 
 def test_mars_victim_is_lowest_priority_then_largest_then_newest_prefill_and_spares_decode():

@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from mars_openhands.core import PinOffer, Policy
-from mars_openhands.core.chunking import HalvingShrink, NoShrink
+from mars_openhands.core.chunking import NoShrink, ShrinkToRoom
 from mars_openhands.core.ordering import FcfsOrdering
 from mars_openhands.core.retention import NoRetention
 from mars_openhands.core.strategies import Admission, Ordering, VictimSelector
@@ -57,7 +57,7 @@ class Gate(Admission):
 def install(sched, ordering=None, shrink=False, victim=None, retention=None, admission=None,
             max_pinned_fraction=0.5) -> Policy:
     """Replace the scheduler's policy by a composition of doubles (same context object)."""
-    sched.mars = Policy("test", ordering or FcfsOrdering(), HalvingShrink() if shrink else NoShrink(),
+    sched.mars = Policy("test", ordering or FcfsOrdering(), ShrinkToRoom() if shrink else NoShrink(),
                           victim or NewestVictim(), retention or NoRetention(), admission,
                           sched.mars.ctx, max_pinned_fraction=max_pinned_fraction)
     return sched.mars

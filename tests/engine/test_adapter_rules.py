@@ -66,9 +66,9 @@ def test_chunk_shrinks_to_fit_before_anyone_is_preempted(model_dir):
     s.add_request(make_request("late", prompt(2, 128), max_tokens=2))
     out = h.step()
     assert out.num_scheduled_tokens["big"] == 1
-    assert out.num_scheduled_tokens["late"] == 2 * BLOCK            # 128 -> 64 -> 32 fits 3 free blocks
-    assert out.total_num_scheduled_tokens == 1 + 2 * BLOCK
-    assert s.requests["late"].num_computed_tokens == 2 * BLOCK      # counters follow the shrunk chunk
+    assert out.num_scheduled_tokens["late"] == 3 * BLOCK            # 128 -> the room of 3 free blocks
+    assert out.total_num_scheduled_tokens == 1 + 3 * BLOCK
+    assert s.requests["late"].num_computed_tokens == 3 * BLOCK      # counters follow the shrunk chunk
     assert not out.preempted_req_ids and s.mars_counters["chunks_shrunk"] == 1
 
 
