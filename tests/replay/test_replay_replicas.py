@@ -189,3 +189,55 @@ def test_a_replay_through_vllm_router_keeps_each_session_on_one_replica(tmp_path
         events = [e for e in (a, b) if any(sid in sessions for _, sessions in e.event_posts)]
         assert len(calls) == 1 and events == calls, sid          # calls and events on one replica
     assert a.requests and b.requests                                  # and the sessions spread
+
+
+class _RouterCluster:
+    """The real router in front of fake replicas, shaped like `cluster.launch.Cluster` for the bench."""
+
+    def __init__(self, served: list[ServedFake], router) -> None:
+        self.replicas = [_Replica(s) for s in served]
+        self.url = router.url
+
+    @property
+    def replica_urls(self) -> list[str]:
+        return [r.url for r in self.replicas]
+
+
+@pytest.mark.skipif(ROUTER is None, reason="vllm-router is not installed")
+def test_the_bench_replays_through_the_router_and_survives_a_killed_replica(tmp_path):
+    import argparse
+
+    from tqdm import tqdm
+
+    from mars_openhands.cluster.process import ManagedProcess, free_port
+    from mars_openhands.cluster.router import router_command
+    from mars_openhands.replay.bench import BenchPlan, _replay_cluster
+    from mars_openhands.replay.prompts import plan_shapes
+
+    sessions = [SessionTrace(f"k{i}", 0.05 * i, tuple(
+        Turn(40 + 10 * k, 4, ToolCall("terminal", 0.3, 1.0, "ls") if k < 7 else None) for k in range(8)), "sys", 16)
+        for i in range(6)]
+    plan = BenchPlan(["fcfs"], sessions, "test", SPACE, {s.session_id: plan_shapes(s, SPACE, 1.0) for s in sessions},
+                     [], 4096)
+    args = argparse.Namespace(tool_workers=2, replicas=2, token_scale=1.0, tool_time_scale=1.0,
+                              kill_replica_after=0.8)
+    served = [ServedFake(FakeEngine()), ServedFake(FakeEngine())]
+    with served[0], served[1]:
+        port = free_port()
+        router = ManagedProcess("vllm-router", router_command([s.engine.url for s in served], port=port),
+                                f"http://127.0.0.1:{port}", tmp_path / "router.log")
+        router.start(30.0)
+        try:
+            cluster = _RouterCluster(served, router)
+            with tqdm(disable=True) as bar:
+                run, failover, stats = asyncio.run(_replay_cluster(cluster, plan, args, bar))
+        finally:
+            router.stop(5.0)
+    assert all(r.finish_s is not None for r in run.outcome.sessions)       # the run completes
+    assert failover.killed == served[1].engine.url and failover.on_killed
+    assert set(failover.moved) <= set(failover.on_killed)
+    assert failover.failed_calls == sum(r.failed_calls for r in run.outcome.sessions)
+    assert stats["total"]["replicas_up"] == 1 and isinstance(stats["replicas"][served[1].engine.url], str)
+    survivor = served[0].engine
+    for sid in failover.moved:                                   # went on on the survivor
+        assert any(r["session"] == sid for r in survivor.requests)
