@@ -131,6 +131,7 @@ def main(argv: list[str] | None = None) -> int:
             if not args.retime.is_file():
                 raise FileNotFoundError(f"{args.retime}: no such trace")
             sessions, redrawn = retime(read_trace(args.retime), calls, args.seed)
+            args.out.parent.mkdir(parents=True, exist_ok=True)
             write_trace(args.out, sessions)
             total = sum(t.tool is not None for s in sessions for t in s.turns)
             print(f"\n{args.out}: {sum(redrawn.values())} of {total} tool calls redrawn from the measurements ("
