@@ -71,10 +71,10 @@ def observation_savings(messages: list[JSONDict]) -> list[int]:
     return out
 
 
-def elide_observations(messages: list[JSONDict], count: int) -> int:
-    """Cut the `count` oldest tool observations to their head and tail (in place); returns the
-    characters removed. The same `count` always gives the same messages (a stable prefix)."""
-    removed, seen = 0, 0
+def elide_observations(messages: list[JSONDict], count: int) -> None:
+    """Cut the `count` oldest tool observations to their head and tail (in place). The same `count`
+    always gives the same messages (a stable prefix)."""
+    seen = 0
     for m in messages:
         if seen >= count:
             break
@@ -84,8 +84,6 @@ def elide_observations(messages: list[JSONDict], count: int) -> int:
         text = _text(m.get("content"))
         if text is not None and len(_cut(text)) < len(text):
             m["content"] = _cut(text)
-            removed += len(text) - len(m["content"])
-    return removed
 
 
 def drop_turns(messages: list[JSONDict], count: int) -> list[JSONDict]:
