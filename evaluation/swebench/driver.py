@@ -288,9 +288,9 @@ class Driver(Generic[W]):
                                             name=f"swe-worker-{k}")
                            for k in range(min(self.config.workers, len(todo)))]
                 with on_signals(lambda: self._interrupt(tmux, threads) if summary.interrupted else None):
-                    for t in threads:
-                        t.start()
                     try:
+                        for t in threads:
+                            t.start()
                         while any(t.is_alive() for t in threads):
                             for t in threads:
                                 t.join(timeout=0.5)
@@ -319,7 +319,8 @@ class Driver(Generic[W]):
             self.proxy = None
         deadline = time.time() + grace_s
         for t in threads:
-            t.join(timeout=max(0.0, deadline - time.time()))
+            if t.is_alive():  # (one not started yet, when Ctrl-C came while starting them, needs none)
+                t.join(timeout=max(0.0, deadline - time.time()))
 
 
 def _conversations(root: Path) -> list[Path]:
