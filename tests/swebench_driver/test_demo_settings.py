@@ -7,6 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from tests.swebench_driver.test_local_harness import source  # noqa: F401 - a fixture
+
 pytestmark = pytest.mark.agent
 
 
@@ -42,3 +44,26 @@ def test_each_policy_runs_with_its_modes_setting(monkeypatch, tmp_path):
     (argv,) = runs
     assert not any(a.startswith("--engine-arg=--max-model-len") for a in argv)
     assert (_value(argv, "--workers"), _value(argv, "--kv-cache-bytes")) == ("3", "96000000")
+
+
+def test_a_source_that_cannot_give_the_environment_stops_the_demo_with_its_name(monkeypatch, capsys, tmp_path,
+                                                                                 source):  # noqa: F811
+    import json
+
+    from evaluation.swebench import demo, specs
+    from tests.swebench_driver.test_local_ctrl_c import _specs_wheel
+    from tests.swebench_driver.test_local_harness import HOST_PTH, REPO, _instance
+
+    monkeypatch.setenv(specs.SPECS_ENV, str(_specs_wheel(tmp_path / "swebench-4.1.0-py3-none-any.whl", [HOST_PTH])))
+    data = tmp_path / "lite.jsonl"
+    data.write_text(json.dumps(_instance(source[2], source[1]).to_dict()) + "\n")
+    (tmp_path / "not-a-clone").mkdir()
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    assert demo.main(["--mode", "local", "--model", str(model), "--dataset", str(data), "--instances",
+                      "psf__requests-9999", "--repo-source", f"{REPO}={tmp_path / 'not-a-clone'}",
+                      "--env-cache", str(tmp_path / "c"), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "demo-real cannot start: the environment of psf__requests-9999" in err and "psf/requests" in err
+    assert not (tmp_path / "o").exists()
