@@ -79,7 +79,7 @@ class AppServer:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "MARS_", "OH_", "RUNTIME"))}
         env.update(HOME=str(home), TMUX_TMPDIR=str(home), OPENHANDS_SUPPRESS_BANNER="1", HF_HUB_OFFLINE="1",
                    PYTHONUNBUFFERED="1")
-        with open(self.log_path, "ab") as log:
+        with open(self.log_path, "wb") as log:  # a fresh log: its ready line is this start's
             self.proc = subprocess.Popen([str(APP_PY), "-m", "mars_openhands.cli", "app", "--config", str(self.config),
                                           "--port", str(self.port)], cwd=REPO, env=env, stdout=log,
                                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
