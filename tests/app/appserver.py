@@ -1,9 +1,10 @@
 """Drive a real `mars-openhands app` from outside, through its REST API (test harness).
 
-`AppServer` starts the command from `.venv-app` in its own session with a private HOME and
-TMUX_TMPDIR, waits until it reports the LLM settings stored, and stops it (SIGTERM to its group: the
-app stops its sandboxes; tmux servers left on its socket dir are ended). `start_conversations` POSTs
-all requests at once from threads, as users of one app server would.
+`AppServer` starts the command from `.venv-app` in its own session with a private HOME, TMPDIR
+(the sandboxes' working dirs) and TMUX_TMPDIR, waits until it reports the LLM settings stored, and
+stops it (SIGTERM to its group: the app stops its sandboxes; tmux servers left on its socket dir
+are ended). `start_conversations` POSTs all requests at once from threads, as users of one app
+server would.
 """
 from __future__ import annotations
 
@@ -77,8 +78,10 @@ class AppServer:
         home = self.workdir / "home"
         home.mkdir(parents=True, exist_ok=True)
         env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "MARS_", "OH_", "RUNTIME"))}
-        env.update(HOME=str(home), TMUX_TMPDIR=str(home), OPENHANDS_SUPPRESS_BANNER="1", HF_HUB_OFFLINE="1",
-                   PYTHONUNBUFFERED="1")
+        tmp = self.workdir / "tmp"  # process sandboxes' working dirs: tempfile.gettempdir()/openhands-sandboxes
+        tmp.mkdir(exist_ok=True)
+        env.update(HOME=str(home), TMUX_TMPDIR=str(home), TMPDIR=str(tmp), OPENHANDS_SUPPRESS_BANNER="1",
+                   HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
         with open(self.log_path, "wb") as log:  # a fresh log: its ready line is this start's
             self.proc = subprocess.Popen([str(APP_PY), "-m", "mars_openhands.cli", "app", "--config", str(self.config),
                                           "--port", str(self.port)], cwd=REPO, env=env, stdout=log,
