@@ -128,7 +128,7 @@ bench-engine: setup-engine models/small/.done
 		$(BENCH_ENGINE_ARGS) --out $(BENCH_ENGINE_OUT)
 
 clean:
-	rm -rf $(VENV) $(AGENT_VENV) $(AGENT_LATEST_VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) $(AGENT_VENV) $(AGENT_LATEST_VENV) $(APP_VENV) build *.egg-info .pytest_cache
 
 # The bundled offline SWE-bench task repo (evaluation/swebench): validated and compiled with
 # swebench's own CLI, graded on the host with swebench's grading functions.
