@@ -232,6 +232,23 @@ def parse_batch(body: Any) -> list[Event]:
     return out
 
 
+#: Longest `batch_id` the engine accepts (the emitter sends 32 hex digits).
+BATCH_ID_MAX = 128
+
+
+def parse_batch_id(body: Any) -> str | None:
+    """The optional `batch_id` of a `{"events": [...]}` body: one id per batch, unchanged across its
+    retries, so the engine applies a replayed POST at most once. Absent (or null) means no
+    deduplication, as for senders that predate it."""
+    value = body.get("batch_id") if isinstance(body, Mapping) else None
+    if value is None:
+        return None
+    if not isinstance(value, str) or not 0 < len(value) <= BATCH_ID_MAX or not value.isprintable():
+        raise EventError(f"batch_id: expected a non-empty printable string of at most {BATCH_ID_MAX} "
+                         f"characters, got {value!r:.80}")
+    return value
+
+
 def by_session(events: Sequence[Event]) -> list[tuple[str | None, list[Event]]]:
     """`events` split into one group per session (None: telemetry), in first-seen order, each group
     in order: what one POST may carry behind a router that routes by session (`X-Session-ID`)."""
@@ -244,5 +261,5 @@ def by_session(events: Sequence[Event]) -> list[tuple[str | None, list[Event]]]:
 __all__ = [
     "Event", "EventError", "TurnSubmitted", "PrefillStarted", "TurnFinished", "ToolStarted",
     "ToolFinished", "ToolCancelled", "SessionEnded", "SessionEvent", "EngineTelemetry", "CpuTelemetry",
-    "EVENT_TYPES", "parse_event", "parse_batch", "by_session",
+    "EVENT_TYPES", "parse_event", "parse_batch", "parse_batch_id", "BATCH_ID_MAX", "by_session",
 ]

@@ -3,7 +3,11 @@
 - `POST /mars/v1/events`: `{"events": [...]}` in the `mars_openhands.events` schema. The whole
   batch is validated first (400 with the reason, nothing applied), then handed to the scheduler
   between two engine steps through the `mars_events` EngineCore utility. With `MARS_EVENTS_TOKEN`
-  set, a request without `Authorization: Bearer <token>` gets 401.
+  set, a request without `Authorization: Bearer <token>` gets 401. An optional `"batch_id"` (a
+  string, the same across a batch's retries; in the body because a router may drop headers) makes
+  the POST idempotent: a batch id the engine applied recently gets `{"accepted": 0, "duplicate":
+  true}` and nothing is applied again (`mars_openhands.vllm.dedup`; counted as
+  `duplicate_batches` / `duplicate_events`).
 - `GET /mars/v1/stats`: the scheduler's `mars_stats()` (admission window, pressure, parked and
   pinned sessions, counters). `GET /mars/v1/stats?session=<id>` instead returns that session's
   history: turns submitted and finished, tool calls, pins taken and released (with the reason),
@@ -29,7 +33,7 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse
 from starlette.datastructures import State
 
-from mars_openhands.events import EventError, parse_batch
+from mars_openhands.events import EventError, parse_batch, parse_batch_id
 from mars_openhands.vllm.boundaries import ToolCallBoundaryMiddleware
 from mars_openhands.vllm.plugin import EVENTS_METHOD, HISTORY_METHOD, STATS_METHOD
 
@@ -72,12 +76,15 @@ async def post_events(request: Request) -> JSONResponse:
         return _error(400, f"body: not valid JSON ({e})")
     try:
         events = parse_batch(body)
+        batch_id = parse_batch_id(body)
     except EventError as e:
         return _error(400, str(e))
     try:
-        accepted = await _utility(request, EVENTS_METHOD, [ev.to_dict() for ev in events])
+        accepted = await _utility(request, EVENTS_METHOD, [ev.to_dict() for ev in events], batch_id)
     except Exception as e:   # the engine re-validates; anything it refuses is a server-side state
         return _error(503, f"engine refused the events: {e}")
+    if accepted is None:     # a replay of a batch the engine already applied
+        return JSONResponse({"accepted": 0, "duplicate": True})
     return JSONResponse({"accepted": accepted})
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from mars_openhands.vllm.dedup import AppliedBatches
+
 EVENTS_METHOD = "mars_events"
 STATS_METHOD = "mars_stats"
 HISTORY_METHOD = "mars_session_history"
@@ -22,13 +24,33 @@ def _scheduler(engine_core: Any) -> Any:
     return sched
 
 
-def mars_events(self: Any, events: list) -> int:
-    """Apply a batch of wire-form events (validated again in the engine); returns how many."""
-    return _scheduler(self).apply_events(list(events))
+def _applied_batches(engine_core: Any) -> AppliedBatches:
+    """This engine's memory of applied batch ids (created on first use, one per EngineCore)."""
+    batches = getattr(engine_core, "_mars_applied_batches", None)
+    if batches is None:
+        batches = AppliedBatches()
+        engine_core._mars_applied_batches = batches
+    return batches
+
+
+def mars_events(self: Any, events: list, batch_id: str | None = None) -> int | None:
+    """Apply a batch of wire-form events (validated again in the engine); returns how many, or None
+    when `batch_id` names a batch applied recently (a retried POST: nothing is applied again)."""
+    sched = _scheduler(self)
+    if batch_id is None:
+        return sched.apply_events(list(events))
+    batches = _applied_batches(self)
+    if batches.seen(str(batch_id), len(events)):
+        return None
+    accepted = sched.apply_events(list(events))
+    batches.add(str(batch_id))
+    return accepted
 
 
 def mars_stats(self: Any) -> dict:
-    return _scheduler(self).mars_stats()
+    stats = _scheduler(self).mars_stats()
+    stats["counters"] = {**stats.get("counters", {}), **_applied_batches(self).counters()}
+    return stats
 
 
 def mars_session_history(self: Any, session_id: str) -> dict | None:
