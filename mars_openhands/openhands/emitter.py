@@ -5,7 +5,10 @@ batches to `POST {events_url}` as `{"events": [Event.to_dict(), ...]}`. One POST
 events, with that session in the `X-Session-ID` header: a router with session affinity (vllm-router's
 `consistent_hash`) then sends them to the replica that serves the session's LLM calls (events of no
 session, telemetry, go without the header). A failed post is retried with
-exponential backoff (tenacity); a batch that still fails, or an event that finds the buffer full, is
+exponential backoff (tenacity). Every POST body carries a `batch_id` that stays the same across its
+retries (also sent as `Idempotency-Key`; the body is what a router forwards for sure): a post that
+timed out after the engine applied it is answered as a duplicate on retry, not applied twice.
+A batch that still fails, or an event that finds the buffer full, is
 dropped and counted, and the first drop of each outage is logged. At exit the buffer is flushed for
 at most `exit_flush_timeout_s`, so a dead engine never holds the agent's process open.
 """
@@ -15,6 +18,7 @@ import atexit
 import logging
 import threading
 import time
+import uuid
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +33,8 @@ log = logging.getLogger("mars_openhands.emitter")
 
 #: The header a session-affinity router hashes on (the LLM calls carry it too).
 SESSION_HEADER = "X-Session-ID"
+#: The batch id again, for servers and proxies that deduplicate on the conventional header.
+IDEMPOTENCY_HEADER = "Idempotency-Key"
 
 
 class _Retryable(Exception):
@@ -167,8 +173,11 @@ class EventEmitter:
 
     def _send(self, batch: list[Event], session_id: str | None = None) -> str | None:
         """Post one session's events with retries; returns why it failed, or None when delivered."""
-        body = {"events": [e.to_dict() for e in batch]}
-        headers = {SESSION_HEADER: session_id} if session_id else {}
+        batch_id = uuid.uuid4().hex                     # one per batch: its retries reuse it
+        body = {"events": [e.to_dict() for e in batch], "batch_id": batch_id}
+        headers = {IDEMPOTENCY_HEADER: batch_id}
+        if session_id:
+            headers[SESSION_HEADER] = session_id
         retrying = Retrying(stop=stop_after_attempt(self._attempts),
                             wait=wait_exponential(multiplier=self._backoff[0], max=self._backoff[1]),
                             retry=retry_if_exception_type(_Retryable), reraise=True,
