@@ -8,10 +8,10 @@ caught, whichever API server process received either.
 
 The memory is a fixed-size LRU of `capacity` ids (a few MiB at the default). That is enough because
 a retry only matters within the sender's whole retry span: the agent's emitter gives up on a batch
-after 4 attempts of at most a 2 s timeout each plus about 0.35 s of backoff, so about 10 s. Forgetting
-an id inside that span takes more than `capacity` other batches in it, 6,500 POSTs per second at
-the default, far above what one engine's utility channel serves (each POST is one round trip to the
-EngineCore).
+after 4 attempts with a 2 s timeout (per connect, write and read) plus about 0.35 s of backoff, so
+10-25 s. Forgetting an id inside that span takes more than `capacity` other batches in it, over
+2,500 POSTs per second for 25 s at the default, far above what one engine's utility channel serves
+(each POST is one round trip to the EngineCore).
 """
 from __future__ import annotations
 
