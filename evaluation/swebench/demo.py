@@ -192,4 +192,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from evaluation.swebench.run import exit_status
+
+    sys.exit(exit_status(main()))

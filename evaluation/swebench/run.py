@@ -23,6 +23,7 @@ import dataclasses
 import json
 import logging
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -320,5 +321,15 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
+def exit_status(status: int) -> int:
+    """`status`, and after an interrupted run (130) Ctrl-C and SIGTERM ignored for the rest of the
+    process: its exit still runs the SDK's cleanups (its terminals' tmux sessions), which a second
+    Ctrl-C must not cut short either."""
+    if status == 130:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    return status
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(exit_status(main()))

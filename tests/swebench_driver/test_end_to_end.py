@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -23,14 +25,15 @@ TASKS = ["marsbench__semverlite-41", "marsbench__ttlcache-8", "marsbench__inirea
 
 
 def _ours(tmpdir: Path) -> list[str]:
-    """Processes still alive that were started with TMPDIR=tmpdir (tmux servers, tools, engine)."""
+    """Processes still alive that were started with TMPDIR at or under tmpdir (tmux servers, tools;
+    the engine runs with a TMPDIR of its own inside the caller's)."""
     out = []
     needle = f"TMPDIR={tmpdir}".encode()
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
         try:
-            if needle in (proc / "environ").read_bytes().split(b"\0"):
+            if any(v == needle or v.startswith(needle + b"/") for v in (proc / "environ").read_bytes().split(b"\0")):
                 out.append((proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"))
         except OSError:
             continue
@@ -134,7 +137,8 @@ def test_ctrl_c_stops_everything_and_a_rerun_resumes(tmp_path, slow_engine):
                     or not (REPO / "models" / "tiny" / "config.json").is_file(),
                     reason="needs the engine environment and models/tiny (make setup-engine model)")
 def test_offline_run_on_the_real_engine(tmp_path):
-    run_dir, tmpdir = tmp_path / "run", tmp_path / "tmp"
+    run_dir = tmp_path / "run"
+    tmpdir = Path(tempfile.mkdtemp(prefix="mars-e2e-"))  # short: the engine's zmq sockets go under it
     env = _env(tmpdir)
     proc = _driver(["--policy", "mars", "--model", str(REPO / "models" / "tiny"), "--instances", TASKS[0],
                     "--workers", "1", "--output-dir", str(run_dir), "--no-progress"], env)
@@ -155,3 +159,4 @@ def test_offline_run_on_the_real_engine(tmp_path):
     (session,) = [json.loads(line) for line in (run_dir / rec.trace).read_text().splitlines()]
     assert [t["input_tokens"] for t in session["turns"]] == [t.prompt_tokens for t in turns]
     assert _ours(tmpdir) == []  # engine, tools and tmux all gone
+    shutil.rmtree(tmpdir, ignore_errors=True)

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import zipfile
 from pathlib import Path
@@ -101,21 +103,28 @@ def _stamp(envs: Path) -> list[dict[str, object]]:
     return [json.loads(p.read_text()) for p in envs.glob(f"*/{STAMP}")]
 
 
-def test_ctrl_c_in_a_build_and_among_agents_leaves_nothing_and_a_rerun_resumes_on_the_built_env(
-        tmp_path, source, engine):  # noqa: F811
-    repo, setup, base = source
-    tmpdir, run_dir, cache = tmp_path / "tmp", tmp_path / "run", tmp_path / "cache"
-    envs, builds, gate = cache / "envs", tmp_path / "builds.log", tmp_path / "gate"
-    (tmp_path / "gate.py").write_text(GATE)
-    wheel = _specs_wheel(tmp_path / f"swebench-{specs.SPECS_RELEASE}-py3-none-any.whl",
-                         [HOST_PTH, f"python {tmp_path / 'gate.py'} {envs} {builds} {gate}"])
+def _inputs(tmp_path: Path, src: tuple[Path, str, str], pre_install: list[str],
+            tmpdir: Path | None = None) -> tuple[dict[str, str], list[str]]:
+    """The driver's environment (its own TMPDIR, default tmp_path/tmp; our specs) and its arguments:
+    the three instances from the test repository `src`, two workers, environments in tmp_path/cache."""
+    repo, setup, base = src
+    wheel = _specs_wheel(tmp_path / f"swebench-{specs.SPECS_RELEASE}-py3-none-any.whl", pre_install)
     data = tmp_path / "lite.jsonl"
     data.write_text("".join(json.dumps(_instance(base, setup, instance_id=i).to_dict()) + "\n" for i in IDS))
-    env = dict(_env(tmpdir), **{specs.SPECS_ENV: str(wheel)})
+    env = dict(_env(tmpdir or tmp_path / "tmp"), **{specs.SPECS_ENV: str(wheel)})
     env.pop(SOURCES_ENV, None)
-    args = ["--dataset", str(data), "--repo-source", f"{REPO}={repo}", "--no-github", "--env-cache", str(cache),
-            "--engine-url", engine, "--instances", ",".join(IDS), "--workers", "2", "--output-dir", str(run_dir),
-            "--no-progress"]
+    return env, ["--dataset", str(data), "--repo-source", f"{REPO}={repo}", "--no-github",
+                 "--env-cache", str(tmp_path / "cache"), "--instances", ",".join(IDS), "--workers", "2",
+                 "--output-dir", str(tmp_path / "run"), "--no-progress"]
+
+
+def test_ctrl_c_in_a_build_and_among_agents_leaves_nothing_and_a_rerun_resumes_on_the_built_env(
+        tmp_path, source, engine):  # noqa: F811
+    tmpdir, run_dir, envs = tmp_path / "tmp", tmp_path / "run", tmp_path / "cache" / "envs"
+    builds, gate = tmp_path / "builds.log", tmp_path / "gate"
+    (tmp_path / "gate.py").write_text(GATE)
+    env, args = _inputs(tmp_path, source, [HOST_PTH, f"python {tmp_path / 'gate.py'} {envs} {builds} {gate}"])
+    args += ["--engine-url", engine]
 
     def built() -> int:
         return len(builds.read_text().split()) if builds.is_file() else 0
@@ -162,3 +171,24 @@ def test_ctrl_c_in_a_build_and_among_agents_leaves_nothing_and_a_rerun_resumes_o
     assert {i: final[i].timings for i in done} == {i: first[i].timings for i in done}
     assert built() == 2 and _stamp(envs) == [stamp]
     assert _ours(tmpdir) == []
+
+
+@pytest.mark.skipif(not (ROOT / ".venv" / "bin" / "python").exists()
+                    or not (ROOT / "models" / "tiny" / "config.json").is_file(),
+                    reason="needs the engine environment and models/tiny (make setup-engine model)")
+def test_ctrl_c_while_the_engine_starts_leaves_no_engine_process(tmp_path, source):  # noqa: F811
+    """Without --engine-url the driver starts the engine itself (its own session, out of the
+    terminal's reach): Ctrl-C while it starts must still stop its whole group."""
+    tmpdir = Path(tempfile.mkdtemp(prefix="mars-cc-"))  # short: the engine puts its zmq sockets there
+    try:
+        env, args = _inputs(tmp_path, source, [HOST_PTH], tmpdir)
+        log = tmp_path / "run.log"
+        proc = _start([*args, "--model", str(ROOT / "models" / "tiny")], env, log)
+        _wait_for("engine process", lambda: any("vllm.launch" in c for c in _ours(tmpdir)), 300, proc, log)
+        time.sleep(2)
+        assert _ctrl_c(proc) < PROMPT_S
+        assert proc.returncode == 130, log.read_text()[-3000:]
+        time.sleep(1)
+        assert _ours(tmpdir) == [], log.read_text()[-3000:]  # no API server, engine core or worker
+    finally:
+        shutil.rmtree(tmpdir, ignore_errors=True)
