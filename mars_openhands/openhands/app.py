@@ -17,6 +17,7 @@ are patched first (`runtime_patches.openhands_app`). uvicorn runs in this proces
 from __future__ import annotations
 
 import argparse
+import importlib
 import importlib.util
 import json
 import os
@@ -28,6 +29,7 @@ import urllib.request
 from collections.abc import Mapping
 from typing import Any
 
+from mars_openhands.openhands import importhook
 from mars_openhands.openhands.config import ConfigError, MarsConfig, load_config
 
 PROG = "mars-openhands app"
@@ -146,10 +148,10 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.update(env)  # before the app (and the SDK hook in it) reads anything
     import uvicorn
 
-    from runtime_patches import openhands_app
+    openhands_app = importlib.import_module(importhook.APP_PATCH)   # by name: the patches build on us
     try:
         patched = openhands_app.apply()
-    except openhands_app.PatchError as e:
+    except importhook.PatchError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2
     print(f"{PROG}: openhands-ai {openhands_app.app_version()}, patched: {', '.join(patched)}", flush=True)

@@ -41,6 +41,8 @@ PATCHES: dict[str, str] = {
     CLI: "runtime_patches.openhands_cli",
     SDK: "runtime_patches.openhands_sdk",
 }
+#: The OpenHands app's patches: `mars-openhands app` applies them itself, before the app is imported.
+APP_PATCH = "runtime_patches.openhands_app"
 
 
 class PatchError(RuntimeError):
