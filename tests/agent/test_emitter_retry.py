@@ -7,9 +7,8 @@ tool events land once, and keep counting every failure when no attempt is answer
 from __future__ import annotations
 
 import json
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
@@ -18,17 +17,18 @@ from mars_openhands.events import Event, ToolFinished, ToolStarted, parse_batch,
 from mars_openhands.openhands.config import EmitterConfig
 from mars_openhands.openhands.emitter import IDEMPOTENCY_HEADER, EventEmitter
 
+from .doubles import _Server
+
 pytestmark = pytest.mark.agent
 TIMEOUT_S = 0.3                  # the emitter's post timeout in these tests
 
 
-class SlowEngine:
+class SlowEngine(_Server):
     """`POST /mars/v1/events` that applies a batch, then answers it after `delay_s` (for the first
     `slow_posts` posts); a replayed `batch_id` is answered as a duplicate and applied nothing."""
 
     def __init__(self, delay_s: float, slow_posts: int) -> None:
         self.delay_s, self.slow_posts = delay_s, slow_posts
-        self.lock = threading.Lock()
         self.posts: list[tuple[str | None, str | None]] = []     # (body batch_id, header)
         self.applied: list[Event] = []
         self.seen: set[str] = set()
@@ -65,19 +65,8 @@ class SlowEngine:
                 except OSError:          # the emitter hung up on the slow answer already
                     pass
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/mars/v1/events"
-        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    def __enter__(self) -> SlowEngine:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self._thread.join(timeout=5)
+        super().__init__(Handler)
+        self.url = f"http://127.0.0.1:{self.port}/mars/v1/events"
 
 
 def _tool_pair(session: str, call_id: str) -> list[Event]:
