@@ -18,6 +18,11 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
 from mars_openhands.events import EventError, parse_batch
+from mars_openhands.replay.client import ReplayConfig, Replayer, ReplayOutcome
+from mars_openhands.replay.engine import EngineClient
+from mars_openhands.replay.prompts import TokenSpace
+from mars_openhands.replay.tools import ToolPool
+from mars_openhands.workload.trace import SessionTrace
 
 VOCAB = 300
 BLOCK = 16
@@ -171,3 +176,19 @@ if __name__ == "__main__":
         print(f"escaped child {child.pid}", flush=True)
     with ServedFake(fake, port):
         signal.sigwait({signal.SIGTERM, signal.SIGINT})
+
+
+SPACE = TokenSpace.from_vocab(300, exclude={0, 1, 2})
+
+
+def replay(url: str, sessions: list[SessionTrace], workers: int = 1, **cfg) -> ReplayOutcome:
+    """Replay `sessions` against the engine at `url` with a real client and tool pool (`workers`)."""
+    async def main() -> ReplayOutcome:
+        engine = EngineClient(url, "fake")
+        pool = ToolPool(workers)
+        try:
+            return await Replayer(engine, pool, SPACE, ReplayConfig(sample_interval_s=0.05, **cfg)).run(sessions)
+        finally:
+            await pool.close()
+            await engine.aclose()
+    return asyncio.run(main())

@@ -1,16 +1,12 @@
 """The replay client against a fake OpenAI-compatible engine: prompts, tagging, tools and events."""
-import asyncio
 
 import pytest
+from replay_fake_engine import replay as _replay
 
 from mars_openhands.events import parse_event
-from mars_openhands.replay.client import ReplayConfig, Replayer, timeline_point
-from mars_openhands.replay.engine import CacheConfig, EngineClient, parse_prometheus, prometheus_labels
-from mars_openhands.replay.prompts import TokenSpace
-from mars_openhands.replay.tools import ToolPool
+from mars_openhands.replay.client import timeline_point
+from mars_openhands.replay.engine import CacheConfig, parse_prometheus, prometheus_labels
 from mars_openhands.workload.trace import SessionTrace, ToolCall, Turn
-
-SPACE = TokenSpace.from_vocab(300, exclude={0, 1, 2})
 
 
 def _sessions():
@@ -19,18 +15,6 @@ def _sessions():
     b = SessionTrace("b", 0.2, (Turn(70, 5, ToolCall("terminal", 0.2, 1.0, "ls")),
                                 Turn(60, 5, shared_prefix_tokens=40)), "sys", 32)
     return [a, b]
-
-
-def _replay(url, sessions, workers=1, **cfg):
-    async def main():
-        engine = EngineClient(url, "fake")
-        pool = ToolPool(workers)
-        try:
-            return await Replayer(engine, pool, SPACE, ReplayConfig(sample_interval_s=0.05, **cfg)).run(sessions)
-        finally:
-            await pool.close()
-            await engine.aclose()
-    return asyncio.run(main())
 
 
 def test_replay_sends_agent_like_prompts_tagged_with_the_session(fake_engine):

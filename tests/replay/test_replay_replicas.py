@@ -8,13 +8,10 @@ import json
 import time
 
 import pytest
-from replay_fake_engine import FakeEngine, ServedFake
+from replay_fake_engine import SPACE, FakeEngine, ServedFake, replay
 
 from mars_openhands.cluster.router import RouterError, router_executable
 from mars_openhands.replay.bench import main as bench_main
-from mars_openhands.replay.client import ReplayConfig, Replayer
-from mars_openhands.replay.engine import EngineClient
-from mars_openhands.replay.prompts import TokenSpace
 from mars_openhands.replay.replicas import (
     Configuration,
     Failover,
@@ -24,10 +21,7 @@ from mars_openhands.replay.replicas import (
     sessions_on,
     summed_metrics,
 )
-from mars_openhands.replay.tools import ToolPool
 from mars_openhands.workload.trace import SessionTrace, ToolCall, Turn
-
-SPACE = TokenSpace.from_vocab(300, exclude={0, 1, 2})
 
 
 def _sessions(n: int = 3, turns: int = 3, gap: float = 0.05) -> list[SessionTrace]:
@@ -39,20 +33,10 @@ def _sessions(n: int = 3, turns: int = 3, gap: float = 0.05) -> list[SessionTrac
     return out
 
 
-def _replay(url: str, sessions, **cfg):
-    async def main():
-        engine = EngineClient(url, "fake")
-        pool = ToolPool(4)
-        try:
-            return await Replayer(engine, pool, SPACE, ReplayConfig(sample_interval_s=0.05, **cfg)).run(sessions)
-        finally:
-            await pool.close()
-            await engine.aclose()
-    return asyncio.run(main())
 
 
 def test_events_go_one_session_per_post_with_its_session_header(fake_engine):
-    out = _replay(fake_engine.url, _sessions())
+    out = replay(fake_engine.url, _sessions(), workers=4)
     assert all(s.finish_s is not None for s in out.sessions)
     assert fake_engine.event_posts
     for header, sessions in fake_engine.event_posts:
@@ -65,14 +49,14 @@ def test_events_go_one_session_per_post_with_its_session_header(fake_engine):
 
 def test_failed_calls_are_retried_and_counted(fake_engine):
     fake_engine.fail_first = 2
-    out = _replay(fake_engine.url, _sessions(1), call_retries=5, retry_backoff_s=0.01)
+    out = replay(fake_engine.url, _sessions(1), call_retries=5, retry_backoff_s=0.01, workers=4)
     rec = out.sessions[0]
     assert rec.finish_s is not None and rec.error is None and rec.failed_calls == 2
 
 
 def test_without_retries_a_failed_call_fails_its_session(fake_engine):
     fake_engine.fail_first = 1
-    out = _replay(fake_engine.url, _sessions(1))
+    out = replay(fake_engine.url, _sessions(1), workers=4)
     assert out.sessions[0].finish_s is None and "HTTP 500" in out.sessions[0].error
 
 
@@ -180,7 +164,7 @@ def test_a_replay_through_vllm_router_keeps_each_session_on_one_replica(tmp_path
                                 f"http://127.0.0.1:{port}", tmp_path / "router.log")
         router.start(30.0)
         try:
-            out = _replay(router.url, _sessions(6, 3))
+            out = replay(router.url, _sessions(6, 3), workers=4)
         finally:
             router.stop(5.0)
     assert all(s.finish_s is not None for s in out.sessions)
