@@ -54,9 +54,27 @@ def test_cpu_overload_hysteresis_enter_2_leave_1_and_wait_thresholds():
     ctx.cpu.ema_queue_wait_s = 2.0
     a.tick(ctx)
     assert not a.pressure.cpu_overloaded and a.window == 10          # healthy: +1
-    ctx.cpu.tools_in_flight, ctx.cpu.ema_queue_wait_s = 0, 5.0       # long queue wait alone
+    ctx.cpu.tools_in_flight, ctx.cpu.ema_queue_wait_s = 10, 5.0      # long queue wait alone
     a.tick(ctx)
     assert a.pressure.cpu_overloaded and a.window == 7
+
+
+def test_stale_queue_wait_with_an_idle_tool_worker_is_not_overload():
+    """The wait EMA moves only when a tool call starts: once the queue drained and a worker is
+    idle, a high last value must neither keep nor make the tool plane overloaded."""
+    a, ctx = AimdAdmission(PREVIEW), ctx_with(workers=10, in_flight=20)
+    bind(a, ctx)
+    a.tick(ctx)
+    assert a.pressure.cpu_overloaded and a.window == 21
+    ctx.cpu.tools_in_flight, ctx.cpu.ema_queue_wait_s = 9, 30.0      # queue drained, EMA stale
+    a.tick(ctx)
+    assert not a.pressure.cpu_overloaded and a.pressure.cpu_healthy and a.window == 22
+    ctx.cpu.tools_in_flight = 0                                      # all idle: no overload to enter
+    a.tick(ctx)
+    assert not a.pressure.cpu_overloaded
+    ctx.cpu.tools_in_flight = 10                                     # all busy: the wait counts again
+    a.tick(ctx)
+    assert a.pressure.cpu_overloaded
 
 
 def test_window_grows_by_one_only_when_cpu_healthy_kv_low_and_blocks_spare():
