@@ -407,6 +407,10 @@ class AimdAdmission(Admission):
             self._pending_blocks += ctx.kv.blocks_for(s.prompt_tokens)
             self.working_set.add(s, ctx)
 
+    def rejoin(self, s: Session, ctx: PolicyContext) -> None:
+        if s.session_id not in self.working_set.sessions:
+            self.working_set.add(s, ctx)
+
     def liveness_bound_s(self, ctx: PolicyContext) -> float | None:
         """One control period, unless the tool plane is overloaded (see the module docstring)."""
         return None if self.pressure.cpu_overloaded else self.interval_s

@@ -124,6 +124,8 @@ class Policy:
         elif s.admitted and not s.holds_slot:      # back after an idle release: count it again
             s.holds_slot = True
             ctx.admitted_active += 1
+            if self.admission is not None:
+                self.admission.rejoin(s, ctx)
         return not s.admitted
 
     def resume_pin(self, session_id: str) -> Pin | None:

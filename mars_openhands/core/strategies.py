@@ -130,6 +130,10 @@ class Admission(ABC):
         it; this call and later ones are parked until `select` admits it again)."""
         return False
 
+    def rejoin(self, session: Session, ctx: PolicyContext) -> None:
+        """Admitted `session`, whose slot went back while it was silent, is back with a call: it
+        counts against the limits again."""
+
     def suspend(self, session: Session, ctx: PolicyContext) -> bool:
         """`session`'s call finished and none is left in the engine: True to pause it there (as
         `hold`, and its KV is not kept for it)."""
