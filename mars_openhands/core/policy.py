@@ -102,8 +102,12 @@ class Policy:
         ctx = self.ctx
         ctx.now = now
         s = ctx.sessions.get(req.session_id)
+        moved_here = False
         if s is None:
             s = ctx.sessions[req.session_id] = Session(req.session_id, now, req.prompt_tokens)
+            # Not its first call: the session started on another replica (failover, or a router
+            # without affinity). Gating it again here would park it once at every replica it touches.
+            moved_here = req.turn_index > 0 and self.admission is not None
         if self.held:
             for ev in self.held.take(req.session_id, now):    # (tool plane and retention saw them)
                 self._session_event(s, ev)         # a session new here holds no pin to release
@@ -117,8 +121,10 @@ class Policy:
         s.prompt_tokens = req.prompt_tokens
         s.in_tool = None
         self.ordering.on_arrival(req, ctx)
-        if not s.admitted and self.admission is None:
+        if not s.admitted and (self.admission is None or moved_here):
             self._mark_admitted(s, now)
+            if moved_here and self.admission is not None:
+                self.admission.rejoin(s, ctx)
         elif s.admitted and self.admission is not None and self.admission.hold(s, ctx):
             self._withdraw(s)                      # paused: this call waits for re-admission
         elif s.admitted and not s.holds_slot:      # back after an idle release: count it again

@@ -305,6 +305,18 @@ def test_a_session_back_after_an_idle_release_counts_in_the_kv_window_again():
     assert p.admission.working_set.in_engine == 3                 # and so does their engagement
 
 
+def test_a_session_that_started_on_another_replica_is_not_gated_again_here():
+    """Its first call here is not its first call (turn index > 0): it was admitted where it
+    started; parking it again would gate it once at every replica it touches."""
+    p = mars(total=1000, w_init=4)
+    for i in range(4):                                            # the window is full
+        arrive(p, f"s{i}", 0, 4000, 0.0)
+    p.admit([p.ctx.sessions[f"s{i}"] for i in range(4)], 0.0)
+    assert arrive(p, "fresh", 0, 4000, 0.1)[1] is True           # a new session waits
+    assert arrive(p, "moved", 5, 4000, 0.1)[1] is False          # one that moved does not
+    assert "moved" in p.admission.working_set.sessions           # and counts against the limits
+
+
 def test_kv_window_grows_as_the_admitted_sessions_leave_the_engine_for_tools():
     p = mars(total=1000, w_init=50)
     reqs = {}
