@@ -104,6 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--alpha", type=positive(float), default=3.0, help="goodput threshold, x ideal (default 3)")
     p.add_argument("--calibration-reps", type=positive(int), default=2, help="idle-engine probe repetitions")
     p.add_argument("--startup-timeout", type=positive(float), default=600.0, help="seconds to wait for /health")
+    p.add_argument("--no-events", action="store_true",
+                   help="the replay client sends no boundary events or tool telemetry (an agent that "
+                        "knows nothing of MARS); the simulator predicts with events off too")
     p.add_argument("--no-sim", action="store_true",
                    help="skip the simulator's prediction of the replayed workload (DIR/simulated.json)")
     p.add_argument("--out", type=Path, required=True, metavar="DIR", help="output directory")
@@ -242,9 +245,9 @@ async def _replay(server: EngineServer, plan: BenchPlan, args: argparse.Namespac
     pool = ToolPool(args.tool_workers)
     try:
         before = await engine.metrics()
-        replayer = Replayer(engine, pool, plan.space, ReplayConfig(token_scale=args.token_scale,
-                                                                   tool_time_scale=args.tool_time_scale),
-                            on_turn=lambda *_: bar.update(1))
+        config = ReplayConfig(token_scale=args.token_scale, tool_time_scale=args.tool_time_scale,
+                              send_events=not args.no_events)
+        replayer = Replayer(engine, pool, plan.space, config, on_turn=lambda *_: bar.update(1))
         outcome = await replayer.run(plan.sessions)
         after, stats = await engine.metrics(), await engine.stats()
         return PolicyRun(outcome, before, after, stats)
@@ -263,7 +266,7 @@ async def _replay_cluster(cluster: Cluster, plan: BenchPlan, args: argparse.Name
     try:
         before = await summed_metrics(urls)
         config = ReplayConfig(token_scale=args.token_scale, tool_time_scale=args.tool_time_scale,
-                              call_retries=CALL_RETRIES)
+                              call_retries=CALL_RETRIES, send_events=not args.no_events)
         replayer = Replayer(engine, pool, plan.space, config, on_turn=lambda *_: bar.update(1))
         if args.kill_replica_after:
             t0 = time.monotonic()
@@ -385,7 +388,8 @@ def bench(args: argparse.Namespace, vllm_extra: list[str]) -> int:
                                                                **failovers[n].as_dict()}
                                                            for n, c in configs.items()}}, indent=2) + "\n")
     if not args.no_sim and not configs:
-        runs_by_profile = simulator_prediction(replayed, cal.costs, cal.cache, args.tool_workers, plan.policies)
+        runs_by_profile = simulator_prediction(replayed, cal.costs, cal.cache, args.tool_workers, plan.policies,
+                                               events="none" if args.no_events else "real")
         predicted = {lab: {n: summarize(r, alpha=args.alpha) for n, r in rr.items()}
                      for lab, rr in runs_by_profile.items()}
         (out / "simulated.json").write_text(json.dumps(

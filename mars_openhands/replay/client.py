@@ -5,7 +5,8 @@ Each session starts at its `arrival_s`, and for every turn sends the prompt buil
 forced-length reply, then runs the turn's tool through the shared `ToolPool`, posting
 ToolStarted / ToolFinished (with the measured queue wait and run time) / SessionEnded and CPU
 telemetry to `/mars/v1/events`. Only what a real agent host knows goes out: tool name and command,
-never the trace's true duration.
+never the trace's true duration. With `send_events` off nothing is posted: an agent that knows
+nothing of MARS.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from typing import Any
 
 import httpx
 
-from mars_openhands.events import CpuTelemetry, SessionEnded, ToolCancelled, ToolFinished, ToolStarted
+from mars_openhands.events import CpuTelemetry, Event, SessionEnded, ToolCancelled, ToolFinished, ToolStarted
 from mars_openhands.replay.engine import Completion, EngineClient, EngineError, EventSink
 from mars_openhands.replay.prompts import SessionPrompts, TokenSpace, TurnShape
 from mars_openhands.replay.tools import ToolPool
@@ -73,6 +74,9 @@ class ReplayConfig:
     #: client retries server errors (behind a router a dead replica's sessions move on retry).
     call_retries: int = 0
     retry_backoff_s: float = 0.5
+    #: False: send no boundary events or tool telemetry, as an agent that knows nothing of MARS;
+    #: the engine sees only its calls (the session id and turn index they carry).
+    send_events: bool = True
 
 
 def stat_value(d: StatsDoc, *paths: str) -> float | None:
@@ -95,6 +99,10 @@ def timeline_point(t: float, stats: StatsDoc, metrics: dict[str, float]) -> Time
             int(metrics.get("vllm:num_requests_running", 0)), int(metrics.get("vllm:num_requests_waiting", 0)))
 
 
+def _drop(*events: Event) -> None:
+    """The event sink of a replay that sends no events."""
+
+
 class Replayer:
     """Drives all sessions of one replay against one engine, sharing one tool pool."""
 
@@ -105,6 +113,7 @@ class Replayer:
         self.config = config or ReplayConfig()
         self.on_turn = on_turn
         self.sink = EventSink(engine)
+        self._emit = self.sink.emit if self.config.send_events else _drop
         self._ema_wait = 0.0
         self._t0 = 0.0
 
@@ -119,21 +128,21 @@ class Replayer:
         tool = s.turns[k].tool
         assert tool is not None
         call_id = f"{s.session_id}/{k}"
-        self.sink.emit(ToolStarted(session_id=s.session_id, t=time.time(), tool_name=tool.name,
+        self._emit(ToolStarted(session_id=s.session_id, t=time.time(), tool_name=tool.name,
                                    command=tool.command, call_id=call_id))
-        self.sink.emit(self._cpu())
+        self._emit(self._cpu())
         try:
             run = await self.pool.run(tool.duration_s * self.config.tool_time_scale, tool.cpu_cores)
         except asyncio.CancelledError:
-            self.sink.emit(ToolCancelled(session_id=s.session_id, t=time.time(), tool_name=tool.name,
+            self._emit(ToolCancelled(session_id=s.session_id, t=time.time(), tool_name=tool.name,
                                          call_id=call_id))
             raise
         self._ema_wait += 0.2 * (run.queue_wait_s - self._ema_wait)
         rec.tool_queue_wait_s, rec.tool_run_s = run.queue_wait_s, run.run_s
-        self.sink.emit(ToolFinished(session_id=s.session_id, t=time.time(), tool_name=tool.name,
+        self._emit(ToolFinished(session_id=s.session_id, t=time.time(), tool_name=tool.name,
                                     duration_s=run.run_s, exit_status=run.exit_status, command=tool.command,
                                     call_id=call_id, queue_wait_s=run.queue_wait_s))
-        self.sink.emit(self._cpu())
+        self._emit(self._cpu())
 
     async def _complete(self, prompt: list[int], output_tokens: int, session_id: str, k: int,
                         rec: SessionRecord) -> Completion:
@@ -172,7 +181,7 @@ class Replayer:
             reason = "cancelled"
             raise
         finally:
-            self.sink.emit(SessionEnded(session_id=s.session_id, t=time.time(), reason=reason))
+            self._emit(SessionEnded(session_id=s.session_id, t=time.time(), reason=reason))
 
     async def _sample(self, timeline: list[TimelinePoint]) -> None:
         while True:

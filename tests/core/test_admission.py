@@ -290,7 +290,7 @@ def test_a_session_back_after_an_idle_release_counts_in_the_kv_window_again():
     p = mars(total=1000, w_init=50)
     reqs = {sid: arrive(p, sid, 0, 4000, 0.0)[0] for sid in ("s0", "s1", "s2")}
     p.admit([p.ctx.sessions[sid] for sid in reqs], 0.0)
-    for sid, req in reqs.items():                                 # calls finish, no events follow
+    for req in reqs.values():                                     # calls finish, no events follow
         finish(p, req, 1.0)
     t = 1.0
     while p.ctx.admitted_active and t < 100:                      # silent: their slots go back

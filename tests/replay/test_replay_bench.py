@@ -74,6 +74,17 @@ def test_bench_writes_measured_summary_profile_and_turns(fake_serve, model_dir, 
     assert _python_children() == []
 
 
+def test_no_events_sends_none_and_the_simulator_predicts_without_them(fake_serve, model_dir, tmp_path):
+    out = tmp_path / "out"
+    assert bench.main([*SMALL, "--policies", "mars", "--model", str(model_dir), "--no-events",
+                       "--out", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["policies"]["mars"]["completed"] == 3
+    assert summary["events"]["mars"] == {"sent": 0, "dropped": 0}
+    sim = json.loads((out / "simulated.json").read_text())
+    assert all(p["mars"]["completed"] == 3 for p in sim["profiles"].values())
+
+
 def test_interrupt_stops_engine_and_tools(fake_serve, model_dir, tmp_path, monkeypatch):
     from mars_openhands.replay import client
 

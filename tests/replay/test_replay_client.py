@@ -62,6 +62,14 @@ def test_replay_posts_tool_and_session_events_with_measured_times(fake_engine):
     assert out.timeline and out.timeline[0][1] == 4.0 and out.timeline[0][3] == 3
 
 
+def test_an_agent_without_events_posts_none_and_its_calls_keep_their_tags(fake_engine):
+    out = _replay(fake_engine.url, _sessions(), send_events=False)
+    assert all(s.finish_s is not None for s in out.sessions)
+    assert fake_engine.events == [] and out.events_sent == 0 and out.events_dropped == 0
+    assert [r["body"]["vllm_xargs"]["turn_index"] for r in fake_engine.requests if r["session"] == "a"] == [0, 1, 2]
+    assert out.sessions[0].turns[0].tool_run_s >= 0.3            # the tools still ran
+
+
 def test_one_tool_worker_makes_concurrent_tools_queue(fake_engine):
     sessions = [SessionTrace(f"s{i}", 0.0, (Turn(20, 2, ToolCall("terminal", 0.4)), Turn(30, 2)))
                 for i in range(3)]
