@@ -69,13 +69,3 @@ class PolicyContext:
     #: from arrivals: the new prompt minus the last call's prompt + output; condensation
     #: counts as 0); admission predicts each session's next footprint with it.
     turn_growth_tokens: float = 0.0
-    #: Sessions' next calls seen here after one of theirs finished here, and those that went to
-    #: another replica first (a turn index skipped: a router without affinity, or a failover).
-    returns_here: int = 0
-    left_here: int = 0
-
-    @property
-    def return_share(self) -> float:
-        """Measured chance that a session's next call comes back to this engine (1 until one left)."""
-        left = self.left_here
-        return 1.0 if not left else self.returns_here / (self.returns_here + left)

@@ -78,7 +78,6 @@ class Session:
     ended: bool = False
     in_tool: ToolStarted | None = None   # the running tool call, if a tool-started event arrived
     last_turn_finished_s: float | None = None
-    turn_index: int = 0            # of its latest call here (as the client numbered it)
 
 
 @dataclass(slots=True)

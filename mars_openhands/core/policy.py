@@ -117,11 +117,6 @@ class Policy:
         if s.turns_finished:
             growth = max(0, req.prompt_tokens - s.context_tokens)
             ctx.turn_growth_tokens += GROWTH_EMA * (growth - ctx.turn_growth_tokens)
-            if req.turn_index > s.turn_index + 1:
-                ctx.left_here += 1             # the calls in between went to another replica
-            else:
-                ctx.returns_here += 1
-        s.turn_index = req.turn_index
         s.turns += 1
         s.prompt_tokens = req.prompt_tokens
         s.in_tool = None

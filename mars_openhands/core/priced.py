@@ -2,8 +2,7 @@
 
 At the end of a turn with C context tokens in B blocks:
 
-    benefit(tau) = P(next call comes here) * P(session resumes within tau)
-                   * (C / prefill rate + re-queue delay)
+    benefit(tau) = P(session resumes within tau) * (C / prefill rate + re-queue delay)
     cost(tau)    = B * tau * lambda
     pin for tau* = argmax(benefit - cost) if that is positive
 
@@ -18,9 +17,7 @@ recomputing it. The resume time is predicted per tool call (`durations.py`), lea
 `ToolFinished` (run time + queue wait: when the session can send its next call). Pins are
 repriced when a tool-started event names the tool (and its hint) and when lambda moves by more
 than `reprice_factor` (for every pin: conditional on the time already waited); revocation drops
-the lowest value density (expected seconds saved per block-second) first. P(next call comes here)
-is measured (`PolicyContext.return_share`): 1 behind a router with session affinity, about 1/N
-behind round robin over N replicas.
+the lowest value density (expected seconds saved per block-second) first.
 """
 from __future__ import annotations
 
@@ -69,10 +66,8 @@ class PricedRetention(Retention):
         return self.config.price_gain * (kv.block_size / ctx.prefill_tps) * deficit / kv.total_blocks
 
     def resume_gain_s(self, context_tokens: int, ctx: PolicyContext) -> float:
-        """Seconds a warm resume saves: recomputing the context plus waiting to be scheduled,
-        times the measured chance that the session's next call comes back here at all (behind
-        a router without affinity, most go to another replica)."""
-        return (context_tokens / ctx.prefill_tps + ctx.kv.prefill_start_latency_s) * ctx.return_share
+        """Seconds a warm resume saves: recomputing the context plus waiting to be scheduled."""
+        return context_tokens / ctx.prefill_tps + ctx.kv.prefill_start_latency_s
 
     def best_hold(self, tool: ToolStarted | None, context_tokens: int, blocks: int,
                   ctx: PolicyContext, waited_s: float = 0.0) -> tuple[float, float, float]:

@@ -238,23 +238,6 @@ def test_priced_rule_benefit_counts_recompute_and_requeue_delay():
     assert p.retention.resume_gain_s(16_000, p.ctx) == pytest.approx(2.0 + 0.5)
 
 
-def test_priced_rule_discounts_the_benefit_by_the_measured_return_share():
-    """Behind a router without affinity a session's next call often goes to another replica:
-    a pin here then saves nothing. The skipped turn indices measure how often."""
-    p = priced()
-    p.ctx.prefill_tps = 8000.0
-    for k in (0, 1, 2):                                           # consecutive calls: all return
-        p.on_request_arrival(Request(f"a{k}", "a", float(k), 100, turn_index=k), float(k))
-        p.on_request_finished(Request(f"a{k}", "a", float(k), 100, turn_index=k), 0, k + 0.5)
-    assert p.ctx.return_share == 1.0
-    assert p.retention.resume_gain_s(16_000, p.ctx) == pytest.approx(2.0)
-    for k in (5, 9):                                              # the calls between went elsewhere
-        p.on_request_arrival(Request(f"a{k}", "a", float(k), 100, turn_index=k), float(k))
-        p.on_request_finished(Request(f"a{k}", "a", float(k), 100, turn_index=k), 0, k + 0.5)
-    assert (p.ctx.returns_here, p.ctx.left_here) == (2, 2)
-    assert p.retention.resume_gain_s(16_000, p.ctx) == pytest.approx(1.0)
-
-
 def test_priced_rule_reprices_on_tool_start_with_what_it_learned_per_tool():
     p = priced()
     p.ctx.prefill_tps = 10_000.0
