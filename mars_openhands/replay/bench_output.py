@@ -120,9 +120,8 @@ def simulator_prediction(replayed: list[SessionTrace], costs: EngineCosts, cache
     """Simulate the replayed workload under each policy with `cpu-small` as shipped and as re-fitted
     here (same KV blocks and tool workers as the engine), the engine hearing the agents' `events`
     (`real` or `none`, as `sim.cluster`): {profile label: {policy: RunResult}}."""
-    from mars_openhands.sim import get_profile, run_simulation
+    from mars_openhands.sim import get_profile
     from mars_openhands.sim.cluster import run_cluster
-    from mars_openhands.sim.profiles import Profile
 
     shipped = get_profile("cpu-small")
     kv_blocks = cache.kv_blocks - 1 if cache.kv_blocks is not None else shipped.kv_blocks   # vLLM's null block
@@ -130,12 +129,8 @@ def simulator_prediction(replayed: list[SessionTrace], costs: EngineCosts, cache
     refit = shipped.with_overrides(a=costs.decode_step_s, b=costs.prefill_per_token_s,
                                    c=costs.prefill_per_token_ctx_s, d=costs.decode_per_seq_s,
                                    e=costs.decode_per_ctx_token_s, **shape)
-    def simulate(prof: Profile, name: str) -> RunResult:
-        if events == "real":
-            return run_simulation(replayed, prof, name)
-        return run_cluster(replayed, prof, name, events=events)       # one replica: the same engine
-
-    return {label: {n: simulate(prof, n) for n in names}
+    # (one replica of the cluster simulator is the single engine, bit for bit, with events on or off)
+    return {label: {n: run_cluster(replayed, prof, n, events=events) for n in names}
             for label, prof in (("cpu-small", shipped.with_overrides(**shape)), ("cpu-small re-fitted", refit))}
 
 
