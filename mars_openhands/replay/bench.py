@@ -42,7 +42,7 @@ from mars_openhands.replay.bench_output import (
     turn_rows,
 )
 from mars_openhands.replay.calibrate import EngineCosts, ProbePlan, Samples, calibrate
-from mars_openhands.replay.client import ReplayConfig, Replayer
+from mars_openhands.replay.client import EVENT_MODES, ReplayConfig, Replayer
 from mars_openhands.replay.engine import CacheConfig, EngineClient
 from mars_openhands.replay.prompts import ModelDirError, TokenSpace, TurnShape, plan_shapes, replayed_session
 from mars_openhands.replay.replicas import (
@@ -104,9 +104,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--alpha", type=positive(float), default=3.0, help="goodput threshold, x ideal (default 3)")
     p.add_argument("--calibration-reps", type=positive(int), default=2, help="idle-engine probe repetitions")
     p.add_argument("--startup-timeout", type=positive(float), default=600.0, help="seconds to wait for /health")
-    p.add_argument("--no-events", action="store_true",
-                   help="the replay client sends no boundary events or tool telemetry (an agent that "
-                        "knows nothing of MARS); the simulator predicts with events off too")
+    p.add_argument("--events", choices=EVENT_MODES, default="real",
+                   help="what the replay client tells the engine: real (boundary events and tool "
+                        "telemetry, default), inferred (only the tool starts the engine infers from "
+                        "replies ending with tool calls), none (nothing: an agent that knows nothing of "
+                        "MARS); the simulator predicts with the same mode")
     p.add_argument("--no-sim", action="store_true",
                    help="skip the simulator's prediction of the replayed workload (DIR/simulated.json)")
     p.add_argument("--out", type=Path, required=True, metavar="DIR", help="output directory")
@@ -246,7 +248,7 @@ async def _replay(server: EngineServer, plan: BenchPlan, args: argparse.Namespac
     try:
         before = await engine.metrics()
         config = ReplayConfig(token_scale=args.token_scale, tool_time_scale=args.tool_time_scale,
-                              send_events=not args.no_events)
+                              events=args.events)
         replayer = Replayer(engine, pool, plan.space, config, on_turn=lambda *_: bar.update(1))
         outcome = await replayer.run(plan.sessions)
         after, stats = await engine.metrics(), await engine.stats()
@@ -266,7 +268,7 @@ async def _replay_cluster(cluster: Cluster, plan: BenchPlan, args: argparse.Name
     try:
         before = await summed_metrics(urls)
         config = ReplayConfig(token_scale=args.token_scale, tool_time_scale=args.tool_time_scale,
-                              call_retries=CALL_RETRIES, send_events=not args.no_events)
+                              call_retries=CALL_RETRIES, events=args.events)
         replayer = Replayer(engine, pool, plan.space, config, on_turn=lambda *_: bar.update(1))
         if args.kill_replica_after:
             t0 = time.monotonic()
@@ -389,7 +391,7 @@ def bench(args: argparse.Namespace, vllm_extra: list[str]) -> int:
                                                            for n, c in configs.items()}}, indent=2) + "\n")
     if not args.no_sim and not configs:
         runs_by_profile = simulator_prediction(replayed, cal.costs, cal.cache, args.tool_workers, plan.policies,
-                                               events="none" if args.no_events else "real")
+                                               events=args.events)
         predicted = {lab: {n: summarize(r, alpha=args.alpha) for n, r in rr.items()}
                      for lab, rr in runs_by_profile.items()}
         (out / "simulated.json").write_text(json.dumps(

@@ -5,8 +5,11 @@ Each session starts at its `arrival_s`, and for every turn sends the prompt buil
 forced-length reply, then runs the turn's tool through the shared `ToolPool`, posting
 ToolStarted / ToolFinished (with the measured queue wait and run time) / SessionEnded and CPU
 telemetry to `/mars/v1/events`. Only what a real agent host knows goes out: tool name and command,
-never the trace's true duration. With `send_events` off nothing is posted: an agent that knows
-nothing of MARS.
+never the trace's true duration. `ReplayConfig.events` says what an agent of another kind would send
+instead: `none`, nothing (an agent that knows nothing of MARS); `inferred`, only the tool start the
+engine's boundary middleware (`mars_openhands.vllm.boundaries`) reports when a reply ends with tool
+calls. The replay's completions cannot carry tool calls (token-id prompts, forced lengths), so the
+client posts that one event itself, as the call that ends a turn with a tool returns.
 """
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ from typing import Any
 
 import httpx
 
+from mars_openhands.core.boundaries import INFERRED_TOOL
 from mars_openhands.events import CpuTelemetry, Event, SessionEnded, ToolCancelled, ToolFinished, ToolStarted
 from mars_openhands.replay.engine import Completion, EngineClient, EngineError, EventSink
 from mars_openhands.replay.prompts import SessionPrompts, TokenSpace, TurnShape
@@ -65,6 +69,10 @@ class ReplayOutcome:
     timeline: list[TimelinePoint] = field(default_factory=list)     # from the sampler
 
 
+#: What the replay tells the engine of tools and sessions (the simulator's `--events` modes).
+EVENT_MODES = ("real", "inferred", "none")
+
+
 @dataclass
 class ReplayConfig:
     token_scale: float = 1.0
@@ -74,9 +82,14 @@ class ReplayConfig:
     #: client retries server errors (behind a router a dead replica's sessions move on retry).
     call_retries: int = 0
     retry_backoff_s: float = 0.5
-    #: False: send no boundary events or tool telemetry, as an agent that knows nothing of MARS;
-    #: the engine sees only its calls (the session id and turn index they carry).
-    send_events: bool = True
+    #: `real`: the agent's boundary events and tool telemetry. `none`: nothing, as an agent that
+    #: knows nothing of MARS; the engine sees only its calls (the session id and turn index they
+    #: carry). `inferred`: only what the engine infers from replies ending with tool calls.
+    events: str = "real"
+
+    def __post_init__(self) -> None:
+        if self.events not in EVENT_MODES:
+            raise ValueError(f"ReplayConfig.events must be one of {', '.join(EVENT_MODES)}, got {self.events!r}")
 
 
 def stat_value(d: StatsDoc, *paths: str) -> float | None:
@@ -113,7 +126,7 @@ class Replayer:
         self.config = config or ReplayConfig()
         self.on_turn = on_turn
         self.sink = EventSink(engine)
-        self._emit = self.sink.emit if self.config.send_events else _drop
+        self._emit = self.sink.emit if self.config.events == "real" else _drop
         self._ema_wait = 0.0
         self._t0 = 0.0
 
@@ -170,6 +183,8 @@ class Replayer:
                 tr = TurnRecord(k, c.submitted - self._t0, c.first_token - self._t0, c.finished - self._t0,
                                 shape, c.cached_tokens)
                 rec.turns.append(tr)
+                if s.turns[k].tool is not None and self.config.events == "inferred":
+                    self.sink.emit(ToolStarted(session_id=s.session_id, t=time.time(), tool_name=INFERRED_TOOL))
                 if s.turns[k].tool is not None:
                     await self._tool(s, k, tr)
                 if self.on_turn:

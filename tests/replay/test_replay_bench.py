@@ -76,7 +76,7 @@ def test_bench_writes_measured_summary_profile_and_turns(fake_serve, model_dir, 
 
 def test_no_events_sends_none_and_the_simulator_predicts_without_them(fake_serve, model_dir, tmp_path):
     out = tmp_path / "out"
-    assert bench.main([*SMALL, "--policies", "mars", "--model", str(model_dir), "--no-events",
+    assert bench.main([*SMALL, "--policies", "mars", "--model", str(model_dir), "--events", "none",
                        "--out", str(out)]) == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["policies"]["mars"]["completed"] == 3

@@ -3,8 +3,9 @@
 import pytest
 from replay_fake_engine import replay as _replay
 
+from mars_openhands.core.boundaries import INFERRED_TOOL
 from mars_openhands.events import parse_event
-from mars_openhands.replay.client import timeline_point
+from mars_openhands.replay.client import ReplayConfig, timeline_point
 from mars_openhands.replay.engine import CacheConfig, parse_prometheus, prometheus_labels
 from mars_openhands.workload.trace import SessionTrace, ToolCall, Turn
 
@@ -63,11 +64,26 @@ def test_replay_posts_tool_and_session_events_with_measured_times(fake_engine):
 
 
 def test_an_agent_without_events_posts_none_and_its_calls_keep_their_tags(fake_engine):
-    out = _replay(fake_engine.url, _sessions(), send_events=False)
+    out = _replay(fake_engine.url, _sessions(), events="none")
     assert all(s.finish_s is not None for s in out.sessions)
     assert fake_engine.events == [] and out.events_sent == 0 and out.events_dropped == 0
     assert [r["body"]["vllm_xargs"]["turn_index"] for r in fake_engine.requests if r["session"] == "a"] == [0, 1, 2]
     assert out.sessions[0].turns[0].tool_run_s >= 0.3            # the tools still ran
+
+
+def test_inferred_boundaries_post_only_the_tool_start_the_engine_would_infer(fake_engine):
+    out = _replay(fake_engine.url, _sessions(), events="inferred")
+    events = [parse_event(e) for e in fake_engine.events]
+    assert all(s.finish_s is not None for s in out.sessions)
+    assert {type(e).__name__ for e in events} == {"ToolStarted"}
+    assert all(e.tool_name == INFERRED_TOOL and e.command is None for e in events)
+    # one per call that ended a turn with a tool (a: turns 0 and 1, b: turn 0); no telemetry, no session end
+    assert sorted(e.session_id for e in events) == ["a", "a", "b"]
+
+
+def test_an_unknown_event_mode_is_refused_by_name():
+    with pytest.raises(ValueError, match="events must be one of real, inferred, none, got 'some'"):
+        ReplayConfig(events="some")
 
 
 def test_one_tool_worker_makes_concurrent_tools_queue(fake_engine):
