@@ -26,6 +26,12 @@ Every `interval_s` (0.2 s) `tick()` reads both planes and moves two limits:
   Sessions share the cache in time: one in a tool needs no KV (a pin is revocable, so it is
   priced, not reserved), so with share 1/3 three times the cache can be admitted; when calls
   queue in the engine, share rises and K falls back towards what fits resident at once.
+  New sessions are admitted against the share's recent peak instead (it follows a rise at once
+  and falls back at the EMA's rate): returns from tools come in waves (a burst of sessions runs
+  its tools together), and a session admitted into the trough of a wave is what the cache must
+  evict at its crest, so the others return to a recomputed prefix. The mean still decides when
+  admitted sessions are paused: pausing costs a session its turn, holding one back costs nothing
+  yet.
 
 When the working set outgrows K, or the tool plane is overloaded with more sessions admitted
 than cpu_cap, the youngest admitted sessions are paused at their next turn boundary (`suspend`;
@@ -288,6 +294,7 @@ class AimdAdmission(Admission):
         #: The tool plane's bound on the window; None (unbounded) before the first tick without W_max.
         self.cpu_cap: int | None = config.w_max
         self.kv_window: float = math.inf       # blocks; set from the cache at the first tick
+        self.kv_admit_window: float = math.inf     # the same at the engaged share's recent peak
         self.working_set = WorkingSet()
         self.pressure = Pressure()
         self.suspended = 0
@@ -299,6 +306,7 @@ class AimdAdmission(Admission):
         self._ticks = 0
         self._fruitless: tuple[int, int, int, int, int, float, int] | None = None   # see `select`
         self.engaged_share = 1.0
+        self.engaged_peak = 1.0
         self.tool_share = 1.0
 
     @property
@@ -363,7 +371,9 @@ class AimdAdmission(Admission):
         ws, resident = self.working_set, self.resident_blocks(ctx)
         share = ws.engaged_blocks / ws.blocks if ws.blocks else 1.0
         self.engaged_share += SHARE_EMA * (share - self.engaged_share)
+        self.engaged_peak = max(share, self.engaged_peak + SHARE_EMA * (share - self.engaged_peak))
         self.kv_window = resident / max(self.engaged_share, MIN_SHARE)
+        self.kv_admit_window = resident / max(self.engaged_peak, MIN_SHARE)
         excess = ws.blocks - self.kv_window
         extra = len(ws.sessions) - self.cpu_cap if self.pressure.cpu_overloaded and self.cpu_cap else 0
         self._to_suspend = set()
@@ -390,7 +400,7 @@ class AimdAdmission(Admission):
                  ctx.turn_growth_tokens, len(ctx.sessions))
         if slots > 0 and state != self._fruitless:
             view = dataclasses.replace(p, budget_blocks=p.budget_blocks - self._pending_blocks)
-            room = self.kv_window - ws.blocks if self.config.kv_window else math.inf
+            room = self.kv_admit_window - ws.blocks if self.config.kv_window else math.inf
             chosen = self.balancer.select(backlog, slots, view, ctx, room)
             self._fruitless = None if chosen else state
         if not chosen and self._engine_idle:
@@ -430,6 +440,7 @@ class AimdAdmission(Admission):
         p = self.pressure
         return {"window": self.window, "limit": self.limit, "cpu_cap": self.cpu_cap,
                 "kv_window_blocks": None if self.kv_window == math.inf else self.kv_window,
+                "kv_admit_window_blocks": None if self.kv_admit_window == math.inf else self.kv_admit_window,
                 "working_set_blocks": self.working_set.blocks,
                 "cpu_overloaded": p.cpu_overloaded, "kv_overloaded": p.kv_overloaded,
                 "kv_usage": p.kv_usage, "budget_blocks": p.budget_blocks,

@@ -332,6 +332,31 @@ def test_kv_window_grows_as_the_admitted_sessions_leave_the_engine_for_tools():
     assert t < 60 and p.stats()["admission"]["kv_window_blocks"] > 900
 
 
+def test_new_sessions_wait_for_the_crest_of_a_wave_of_returns_to_pass_and_nobody_is_paused():
+    """Returns from tools come in waves. The admit window follows the engaged share's rise at once
+    (a session admitted into the trough is what the cache evicts at the crest); the pausing
+    window follows its mean, so the admitted sessions keep their turns."""
+    p = mars(total=1000, w_init=50)
+    reqs = {sid: arrive(p, sid, 0, 4000, 0.0)[0] for sid in ("s0", "s1", "s2")}
+    p.admit([p.ctx.sessions[sid] for sid in reqs], 0.0)
+    for req in reqs.values():                                     # all three go to a tool
+        finish(p, req, 1.0)
+    t = 1.0
+    while p.stats()["admission"]["kv_window_blocks"] < 3000:      # the trough: both windows grow
+        t += 0.2
+        p.admit([], t)
+    assert p.stats()["admission"]["kv_admit_window_blocks"] == pytest.approx(
+        p.stats()["admission"]["kv_window_blocks"])
+    for sid in reqs:                                              # the wave: all three come back
+        assert arrive(p, sid, 1, 4200, t)[1] is False
+    arrive(p, "new", 0, 4000, t)
+    t += 0.2
+    assert p.admit([p.ctx.sessions["new"]], t) == []              # 3 x 263 + 250 > 900
+    st = p.stats()["admission"]
+    assert st["kv_admit_window_blocks"] == pytest.approx(900)     # at the crest's share, 1
+    assert st["kv_window_blocks"] > 2000 and st["suspended"] == 0   # the mean barely moved
+
+
 def test_kv_window_suspends_the_youngest_at_their_turn_boundary_when_contexts_outgrow_it():
     p = mars(total=1000, w_init=50)
     reqs = {f"s{i}": arrive(p, f"s{i}", 0, 1600, float(i))[0] for i in range(4)}
