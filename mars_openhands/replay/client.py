@@ -9,7 +9,8 @@ never the trace's true duration. `ReplayConfig.events` says what an agent of ano
 instead: `none`, nothing (an agent that knows nothing of MARS); `inferred`, only the tool start the
 engine's boundary middleware (`mars_openhands.vllm.boundaries`) reports when a reply ends with tool
 calls. The replay's completions cannot carry tool calls (token-id prompts, forced lengths), so the
-client posts that one event itself, as the call that ends a turn with a tool returns.
+client posts that one event itself when the call that ends a turn with a tool returns, and waits for
+its delivery before the tool starts.
 """
 from __future__ import annotations
 
@@ -184,7 +185,9 @@ class Replayer:
                                 shape, c.cached_tokens)
                 rec.turns.append(tr)
                 if s.turns[k].tool is not None and self.config.events == "inferred":
-                    self.sink.emit(ToolStarted(session_id=s.session_id, t=time.time(), tool_name=INFERRED_TOOL))
+                    # delivered before the tool starts, as the middleware's reaches the scheduler
+                    # before the reply reaches the agent (batched, a fast tool's next call could overtake it)
+                    await self.sink.post_now(ToolStarted(s.session_id, time.time(), INFERRED_TOOL))
                 if s.turns[k].tool is not None:
                     await self._tool(s, k, tr)
                 if self.on_turn:

@@ -201,6 +201,20 @@ class EventSink:
         self._pending.extend(events)
         self._wake.set()
 
+    async def post_now(self, event: Event) -> None:
+        """Deliver one session event before going on (counted like the batched ones)."""
+        await self._post([event], getattr(event, "session_id", None))
+
+    async def _post(self, events: list[Event], session_id: str | None) -> None:
+        try:
+            await self._engine.post_events(events, session_id)
+            self.sent += len(events)
+            self.batches += 1
+        except (httpx.HTTPError, EngineError) as e:
+            if not self.dropped:
+                log.warning("event delivery failed, dropping (counted, logged once): %s", e)
+            self.dropped += len(events)
+
     async def _loop(self) -> None:
         while True:
             await self._wake.wait()
@@ -208,14 +222,7 @@ class EventSink:
             if self._pending:
                 batch, self._pending = self._pending, []
                 for session_id, events in by_session(batch):
-                    try:
-                        await self._engine.post_events(events, session_id)
-                        self.sent += len(events)
-                        self.batches += 1
-                    except (httpx.HTTPError, EngineError) as e:
-                        if not self.dropped:
-                            log.warning("event delivery failed, dropping (counted, logged once): %s", e)
-                        self.dropped += len(events)
+                    await self._post(events, session_id)
             if self._closing and not self._pending:
                 return
 
