@@ -78,6 +78,9 @@ class Session:
     ended: bool = False
     in_tool: ToolStarted | None = None   # the running tool call, if a tool-started event arrived
     last_turn_finished_s: float | None = None
+    turn_index: int = -1           # of its latest call here (the client's count; -1: none yet)
+    #: A call of it skipped turn indices: its calls (and events) also go to other replicas.
+    roaming: bool = False
 
 
 @dataclass(slots=True)

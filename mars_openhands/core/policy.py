@@ -81,7 +81,9 @@ class Policy:
     #: An admitted session with no call in the engine and no tool known to run gives its window
     #: slot back after this long, so admission degrades safely when boundary events stop arriving
     #: (no session_ended ever comes); its next call is still never parked. A tool known to run
-    #: keeps the slot up to `stale_tool_s`; a session silent for `forget_after_s` is forgotten.
+    #: keeps the slot up to `stale_tool_s`, unless the session roams (its calls skip turn indices
+    #: here, so they and its events also go to other replicas: the tool's end may be reported
+    #: elsewhere); a session silent for `forget_after_s` is forgotten.
     idle_release_s: float = 30.0
     stale_tool_s: float = 3600.0
     forget_after_s: float = 3600.0
@@ -111,6 +113,9 @@ class Policy:
         if self.held:
             for ev in self.held.take(req.session_id, now):    # (tool plane and retention saw them)
                 self._session_event(s, ev)         # a session new here holds no pin to release
+        if req.turn_index > s.turn_index + 1 and s.turn_index >= 0:
+            s.roaming = True                   # its calls in between went to other replicas
+        s.turn_index = max(s.turn_index, req.turn_index)
         inferred = self.boundaries.end(req.session_id, now)
         if inferred is not None:
             self.retention.observe(inferred, ctx)
@@ -210,7 +215,8 @@ class Policy:
             if s.turns != s.turns_finished or s.last_turn_finished_s is None:
                 continue                                   # a call is in the engine or parked
             idle = now - s.last_turn_finished_s
-            if s.holds_slot and idle >= (self.idle_release_s if s.in_tool is None else self.stale_tool_s):
+            if s.holds_slot and idle >= (self.idle_release_s if s.in_tool is None or s.roaming
+                                         else self.stale_tool_s):
                 s.holds_slot = False
                 ctx.admitted_active -= 1
                 released.append(s)

@@ -7,7 +7,7 @@ from mars_openhands.core import EngineShape, Policy, PolicyConfig, Request, Sess
 from mars_openhands.core.admission import AimdAdmission, AimdConfig, LoadBalancer, Pressure
 from mars_openhands.core.context import PolicyContext
 from mars_openhands.core.model import CpuState, KVState
-from mars_openhands.events import CpuTelemetry, EngineTelemetry
+from mars_openhands.events import CpuTelemetry, EngineTelemetry, ToolStarted
 
 PREVIEW = AimdConfig(w_init=30, w_max=30)     # the MARS preview's window
 
@@ -303,6 +303,31 @@ def test_a_session_back_after_an_idle_release_counts_in_the_kv_window_again():
     st = p.stats()["admission"]
     assert st["working_set_blocks"] >= 3 * 4200 // 16             # their contexts count again
     assert p.admission.working_set.in_engine == 3                 # and so does their engagement
+
+
+def test_a_roaming_session_in_a_known_tool_gives_its_slot_back_like_a_silent_one():
+    """Behind a router without affinity a session's calls skip turn indices at each replica, and
+    its events land anywhere: a tool_started here may see its tool_finished go elsewhere. Held
+    for the hour a known tool may run, such slots choked 8 simulated round-robin replicas (MARS 7 %
+    slower than FCFS; with the release, 6 % faster)."""
+    p = mars(total=1000, w_init=50)
+    reqs = {sid: arrive(p, sid, 0, 4000, 0.0)[0] for sid in ("home", "roams")}
+    p.admit([p.ctx.sessions[sid] for sid in reqs], 0.0)
+    for req in reqs.values():
+        finish(p, req, 1.0)
+    assert arrive(p, "roams", 3, 4200, 2.0)[1] is False           # turns 1 and 2 went elsewhere
+    finish(p, Request("roams#3", "roams", 2.0, 4200, turn_index=3), 3.0)
+    for sid in reqs:                                              # both start a tool, no end comes
+        p.on_event(ToolStarted(sid, 3.0, "terminal", command="make"))
+    assert [p.ctx.sessions[sid].roaming for sid in reqs] == [False, True]
+    t = 3.0
+    while t < 120:
+        t += 0.2
+        p.admit([], t)
+    assert p.ctx.sessions["home"].holds_slot                      # its tool may well still run
+    assert not p.ctx.sessions["roams"].holds_slot                 # its end may have gone elsewhere
+    assert arrive(p, "roams", 4, 4400, t)[1] is False             # and it is back without waiting
+    assert p.ctx.sessions["roams"].holds_slot
 
 
 def test_a_session_that_started_on_another_replica_is_not_gated_again_here():
