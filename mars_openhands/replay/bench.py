@@ -42,7 +42,7 @@ from mars_openhands.replay.bench_output import (
     turn_rows,
 )
 from mars_openhands.replay.calibrate import EngineCosts, ProbePlan, Samples, calibrate
-from mars_openhands.replay.client import EVENT_MODES, ReplayConfig, Replayer
+from mars_openhands.replay.client import ReplayConfig, Replayer
 from mars_openhands.replay.engine import CacheConfig, EngineClient
 from mars_openhands.replay.prompts import ModelDirError, TokenSpace, TurnShape, plan_shapes, replayed_session
 from mars_openhands.replay.replicas import (
@@ -57,6 +57,7 @@ from mars_openhands.replay.replicas import (
 )
 from mars_openhands.replay.server import EngineServer, ServerError
 from mars_openhands.replay.tools import ToolPool
+from mars_openhands.sim.routing import EVENT_MODES
 
 if TYPE_CHECKING:
     from tqdm import tqdm

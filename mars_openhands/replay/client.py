@@ -27,6 +27,7 @@ from mars_openhands.events import CpuTelemetry, Event, SessionEnded, ToolCancell
 from mars_openhands.replay.engine import Completion, EngineClient, EngineError, EventSink
 from mars_openhands.replay.prompts import SessionPrompts, TokenSpace, TurnShape
 from mars_openhands.replay.tools import ToolPool
+from mars_openhands.sim.routing import EVENT_MODES
 from mars_openhands.workload.trace import SessionTrace
 
 
@@ -68,10 +69,6 @@ class ReplayOutcome:
     events_sent: int
     events_dropped: int
     timeline: list[TimelinePoint] = field(default_factory=list)     # from the sampler
-
-
-#: What the replay tells the engine of tools and sessions (the simulator's `--events` modes).
-EVENT_MODES = ("real", "inferred", "none")
 
 
 @dataclass
