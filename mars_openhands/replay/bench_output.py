@@ -119,7 +119,7 @@ def simulator_prediction(replayed: list[SessionTrace], costs: EngineCosts, cache
                          names: list[str], events: str = "real") -> dict[str, dict[str, RunResult]]:
     """Simulate the replayed workload under each policy with `cpu-small` as shipped and as re-fitted
     here (same KV blocks and tool workers as the engine), the engine hearing the agents' `events`
-    (`real` or `none`, as `sim.cluster`): {profile label: {policy: RunResult}}."""
+    (`real`, `inferred` or `none`, as `sim.cluster`): {profile label: {policy: RunResult}}."""
     from mars_openhands.sim import get_profile
     from mars_openhands.sim.cluster import run_cluster
 

@@ -181,11 +181,12 @@ class Replayer:
                 tr = TurnRecord(k, c.submitted - self._t0, c.first_token - self._t0, c.finished - self._t0,
                                 shape, c.cached_tokens)
                 rec.turns.append(tr)
-                if s.turns[k].tool is not None and self.config.events == "inferred":
-                    # delivered before the tool starts, as the middleware's reaches the scheduler
-                    # before the reply reaches the agent (batched, a fast tool's next call could overtake it)
-                    await self.sink.post_now(ToolStarted(s.session_id, time.time(), INFERRED_TOOL))
                 if s.turns[k].tool is not None:
+                    if self.config.events == "inferred":
+                        # delivered before the tool starts, as the middleware's reaches the scheduler
+                        # before the reply reaches the agent (batched, a fast tool's next call could
+                        # overtake it)
+                        await self.sink.post_now(ToolStarted(s.session_id, time.time(), INFERRED_TOOL))
                     await self._tool(s, k, tr)
                 if self.on_turn:
                     self.on_turn(s.session_id, k)
