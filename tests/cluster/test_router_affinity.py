@@ -97,17 +97,25 @@ def routed(tmp_path):
 
 def test_calls_and_events_of_a_session_land_on_one_replica(routed):
     router, replicas = routed
-    sessions = [f"conv-{i}" for i in range(8)]
     emitter = EventEmitter(EmitterConfig(events_url=router.url + "/mars/v1/events", flush_interval_s=0.05))
     with httpx.Client(base_url=router.url, timeout=10) as client:
-        for turn in range(3):
+        def turn_of(sid: str, turn: int) -> None:
+            r = client.post("/v1/chat/completions", headers={"X-Session-ID": sid},
+                            json={"model": "m", "messages": [{"role": "user", "content": "hi"}],
+                                  "vllm_xargs": {"session_id": sid, "turn_index": turn}})
+            assert r.status_code == 200, r.text
+            emitter.emit(ToolStarted(sid, time.time(), "terminal"))
+            emitter.emit(ToolFinished(sid, time.time(), "terminal", 0.01))
+
+        # The ring depends on the replicas' (random) ports, so sessions are added until both replicas
+        # hold at least two: a fixed handful can all hash to one replica.
+        sessions: list[str] = []
+        while len(sessions) < 64 and not all(len(r.sessions) >= 2 for r in replicas):
+            sessions.append(f"conv-{len(sessions)}")
+            turn_of(sessions[-1], 0)
+        for turn in (1, 2):
             for sid in sessions:
-                r = client.post("/v1/chat/completions", headers={"X-Session-ID": sid},
-                                json={"model": "m", "messages": [{"role": "user", "content": "hi"}],
-                                      "vllm_xargs": {"session_id": sid, "turn_index": turn}})
-                assert r.status_code == 200, r.text
-                emitter.emit(ToolStarted(sid, time.time(), "terminal"))
-                emitter.emit(ToolFinished(sid, time.time(), "terminal", 0.01))
+                turn_of(sid, turn)
     for sid in sessions:
         emitter.emit(SessionEnded(sid, time.time()))
     assert emitter.flush(10.0)
