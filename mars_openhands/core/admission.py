@@ -8,7 +8,7 @@ Every `interval_s` (0.2 s) `tick()` reads both planes and moves two limits:
       CPU overloaded: enter backlog >= 2.0 or EMA wait >= 5 s; leave backlog <= 1.0 and wait <= 2 s
                       (the wait EMA moves only when a tool call starts, so with a worker idle it
                       is stale: no call waits then, and the wait counts as 0)
-      KV overloaded:  enter usage >= 0.9; leave usage <= 0.85 (pinned blocks count as free)
+      KV overloaded:  enter usage >= 0.9; leave usage <= 0.85 (blocks only pins hold count as free)
       any overload                                                 -> W = max(W_min, floor(0.7 W))
       CPU healthy, usage <= 0.85, no preemption, spare blocks, W binds -> W = W + 1
       limit = min(W, cpu_cap = ceil(workers x (1.0 + 2.0) / 2 / tool share))
@@ -174,10 +174,10 @@ class LoadBalancer:
       backlog fits the free slots and the KV budget;
     - CPU overloaded: largest estimated first prefill first (GPU-heavy sessions add no tool load);
     - otherwise (normal or KV pressure): smallest first prefill first.
-    Every admission must fit the KV budget (blocks of its next prefill; pinned blocks count as
-    free: pins are revocable). A "long" new session (first prefill > 50k tokens) is admitted only
-    when no short session in the backlog has waited >= max(0.2, min(5, 1 / arrival rate)) s, KV is
-    not overloaded and fewer than 2 long sessions are in flight.
+    Every admission must fit the KV budget (blocks of its next prefill; blocks only pins hold
+    count as free: pins are revocable). A "long" new session (first prefill > 50k tokens) is
+    admitted only when no short session in the backlog has waited >= max(0.2, min(5, 1 / arrival
+    rate)) s, KV is not overloaded and fewer than 2 long sessions are in flight.
     """
 
     def __init__(self, config: AimdConfig = AimdConfig()) -> None:
@@ -318,10 +318,12 @@ class AimdAdmission(Admission):
         return math.floor(ctx.kv.total_blocks * self.config.kv_high)
 
     def budget_blocks(self, ctx: PolicyContext) -> int:
-        """Free and pinned blocks above the (1 - kv_high) reserve, minus the demand already queued."""
+        """Free and revocable blocks above the (1 - kv_high) reserve, minus the demand already
+        queued. Revocable: only pins hold them (pins sharing a prefix hold it once, and a prefix
+        a running call holds too is not freed by a revocation)."""
         kv = ctx.kv
         reserve = math.ceil(kv.total_blocks * (1.0 - self.config.kv_high))
-        return kv.free_blocks + kv.pinned_blocks - reserve - kv.waiting_demand_blocks
+        return kv.free_blocks + kv.revocable_blocks - reserve - kv.waiting_demand_blocks
 
     def tick(self, ctx: PolicyContext) -> None:
         self._ticks += 1
@@ -330,7 +332,7 @@ class AimdAdmission(Admission):
         if ctx.cpu.tools_in_flight < ctx.cpu.tool_workers:
             wait = 0.0     # a worker is idle: nobody waits now, whatever the last starts measured
         kv = ctx.kv
-        usage = 1.0 - (kv.free_blocks + kv.pinned_blocks) / kv.total_blocks if kv.total_blocks else 0.0
+        usage = 1.0 - (kv.free_blocks + kv.revocable_blocks) / kv.total_blocks if kv.total_blocks else 0.0
         p.cpu_healthy = backlog <= cfg.cpu_backlog_low and wait <= cfg.cpu_wait_low_s
         if p.cpu_overloaded:
             p.cpu_overloaded = not p.cpu_healthy

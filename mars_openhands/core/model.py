@@ -91,6 +91,8 @@ class KVState:
     free_blocks: int
     block_size: int
     pinned_blocks: int = 0
+    #: Blocks only pins hold (what revoking every pin frees; shared prefixes count once).
+    revocable_blocks: int = 0
     waiting_demand_blocks: int = 0   # blocks the queued-but-not-running work will need
     prefill_start_latency_s: float = 0.0
 

@@ -232,12 +232,15 @@ class Policy:
     # ---- one engine step ---------------------------------------------------------------------
 
     def observe_kv(self, free_blocks: int, waiting_demand_blocks: int | None = None,
-                   prefill_start_latency_s: float | None = None) -> None:
+                   prefill_start_latency_s: float | None = None,
+                   revocable_blocks: int | None = None) -> None:
         """GPU-plane state an engine reports every step (None: keep the last value); the pinned
         blocks are the policy's own count."""
         kv = self.ctx.kv
         kv.free_blocks = free_blocks
         kv.pinned_blocks = self.ctx.pins.total_blocks
+        if revocable_blocks is not None:
+            kv.revocable_blocks = revocable_blocks
         if waiting_demand_blocks is not None:
             kv.waiting_demand_blocks = waiting_demand_blocks
         if prefill_start_latency_s is not None:
@@ -255,6 +258,9 @@ class Policy:
 
     def pin(self, session_id: str) -> Pin | None:
         return self.ctx.pins.get(session_id)
+
+    def pins(self) -> list[Pin]:
+        return list(self.ctx.pins)
 
     def expired_pins(self, now: float) -> list[Pin]:
         self.ctx.now = now
@@ -489,7 +495,8 @@ class Policy:
         ctx = self.ctx
         return {"policy": self.name, "admitted_sessions": ctx.admitted_active,
                 "known_sessions": len(ctx.sessions), "pinned_sessions": len(ctx.pins),
-                "pinned_blocks": ctx.pins.total_blocks, "tools_in_flight": ctx.cpu.tools_in_flight,
+                "pinned_blocks": ctx.pins.total_blocks, "revocable_blocks": ctx.kv.revocable_blocks,
+                "tools_in_flight": ctx.cpu.tools_in_flight,
                 "tool_workers": ctx.cpu.tool_workers, "ema_tool_queue_wait_s": ctx.cpu.ema_queue_wait_s,
                 "kv_usage": ctx.kv.usage,
                 "admission": self.admission.stats() if self.admission else {"window": None},

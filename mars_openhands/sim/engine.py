@@ -192,7 +192,8 @@ class Engine:
         if sched.window:
             sched.refill(now)
         demand_blocks = -(-sched.waiting.demand_tokens // self.bs)
-        pol.observe_kv(self.pool.free, demand_blocks, sched.prefill_start_latency)
+        pol.observe_kv(self.pool.free, demand_blocks, sched.prefill_start_latency,
+                       self.pins.revocable_blocks() if self.pins.pins else 0)
         scheduled = sched.schedule(now)
         if scheduled is None:
             return False

@@ -12,7 +12,7 @@ from typing import cast
 from mars_openhands.core.model import Pin, PinOffer
 from mars_openhands.core.policy import Policy
 from mars_openhands.sim.entities import EnginePin, SimRequest
-from mars_openhands.sim.kv import BlockPool, KVError
+from mars_openhands.sim.kv import BlockPool, Chain, KVError
 from mars_openhands.sim.prefix import SessionCache
 from mars_openhands.sim.stats import Counters
 
@@ -53,6 +53,23 @@ class PinKeeper:
         """Release the pins the policy let go of (their handles are ours)."""
         for p in pins:
             self.release(cast(EnginePin, p.handle), now)
+
+    def revocable_blocks(self) -> int:
+        """Blocks that only pins reference: what revoking every pin would free. Pins of sessions
+        sharing a system prompt hold its blocks together (once), and a pinned prefix that a
+        running call also holds frees nothing."""
+        by_chain: dict[Chain, dict[int, int]] = {}
+        for ep in self.pins.values():
+            for ch, x in ep.holds:
+                if x:
+                    counts = by_chain.setdefault(ch, {})
+                    counts[x] = counts.get(x, 0) + 1
+        blocks = 0
+        for ch, pinned in by_chain.items():
+            others = max((x for x, c in ch.holders.items() if c > pinned.get(x, 0)), default=0)
+            if ch.ref_hi > others:
+                blocks += ch.ref_hi - others
+        return blocks
 
     def expire(self, now: float) -> None:
         if self.policy.pinned_sessions:

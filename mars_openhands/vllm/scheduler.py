@@ -401,12 +401,25 @@ class MarsSchedulerMixin(_SchedulerBase):
         return out
 
     def _sync_kv_state(self, now: float) -> None:
-        demand = None
-        if now >= self._next_demand_s:      # O(waiting): refreshed at the control-loop period
+        demand = revocable = None
+        if now >= self._next_demand_s:      # O(waiting + pinned): refreshed at the control-loop period
             self._next_demand_s = now + DEMAND_REFRESH_S
             pending = sum(r.num_tokens - r.num_computed_tokens for r in self.waiting)
             demand = -(-pending // self.block_size)
-        self.mars.observe_kv(self.kv_cache_manager.block_pool.get_num_free_blocks(), demand)
+            revocable = self._revocable_blocks()
+        self.mars.observe_kv(self.kv_cache_manager.block_pool.get_num_free_blocks(), demand,
+                             revocable_blocks=revocable)
+
+    def _revocable_blocks(self) -> int:
+        """Blocks only pins reference (what revoking every pin frees): a block pinned k times is
+        revocable iff its ref count is k, so pins sharing a prefix, or pinning what a running
+        call also holds, are not counted as capacity they cannot give back."""
+        pinned: dict[int, tuple[KVCacheBlock, int]] = {}
+        for pin in [*self.mars.pins(), *self._resume_pins.values()]:
+            for b in cast("list[KVCacheBlock] | None", pin.handle) or ():
+                _, k = pinned.get(b.block_id, (b, 0))
+                pinned[b.block_id] = (b, k + 1)
+        return sum(1 for b, k in pinned.values() if b.ref_cnt == k)
 
     def _order(self, now: float) -> None:
         if self._native_order():

@@ -147,9 +147,10 @@ def test_kv_overload_hysteresis_enter_0_9_leave_0_85():
     assert not a.pressure.kv_overloaded and a.window == 15           # no growth above 0.85
 
 
-def test_pinned_blocks_count_as_free_for_the_overload_flags_and_the_budget():
+def test_revocable_blocks_count_as_free_for_the_overload_flags_and_the_budget():
     a, ctx = AimdAdmission(PREVIEW), ctx_with(free=500)
-    ctx.kv.pinned_blocks = 4000                                      # 95 % used, 40 % of it pins
+    ctx.kv.pinned_blocks = 6000      # pins' own count: a prefix they share is in it several times
+    ctx.kv.revocable_blocks = 4000   # 95 % used, 40 % of it only pinned
     a.tick(ctx)
     assert not a.pressure.kv_overloaded and a.pressure.kv_usage == pytest.approx(0.55)
     assert a.pressure.budget_blocks == 500 + 4000 - 1000

@@ -160,6 +160,27 @@ def test_pins_are_released_by_ttl_cancel_end_and_reset(model_dir):
     assert len(pins) == 0 and h.free_blocks == start
 
 
+def test_admission_counts_a_prefix_pins_share_once_and_none_a_running_call_holds(model_dir):
+    s = make_scheduler(FcfsScheduler, model_dir, num_blocks=40)
+    install(s, retention=AlwaysPin(ttl_s=3600.0))
+    h = Harness(s)
+    shared = prompt(1, 3 * BLOCK)
+    for sid in ("a", "b"):                          # 3 shared + 2 own full blocks each, both pinned
+        s.add_request(make_request(f"{sid}1", shared + prompt(ord(sid), 2 * BLOCK + 4), max_tokens=2,
+                                   session=sid))
+        h.run()
+
+    def revocable() -> int:
+        s._next_demand_s = 0.0                      # refreshed now, not at the next control period
+        h.sched.schedule()
+        return s.mars.ctx.kv.revocable_blocks
+
+    assert s.mars.ctx.pins.total_blocks == 10 and revocable() == 3 + 2 * 2
+    s.add_request(make_request("c1", shared + prompt(3, 200), max_tokens=50, session="c"))
+    h.step()                                        # c's call runs on the shared blocks
+    assert revocable() == 2 * 2
+
+
 def test_malformed_event_batch_changes_nothing(model_dir):
     s = make_scheduler(FcfsScheduler, model_dir)
     install(s, retention=AlwaysPin())

@@ -93,6 +93,32 @@ def test_pins_keep_blocks_through_pressure_and_are_released_once():
     assert pinned.counters.pinned_block_seconds >= 5.0 * (1519 // TINY.block_size)
 
 
+def test_revocable_blocks_count_a_shared_prefix_once_and_not_what_a_running_call_holds():
+    """Admission counts what revoking pins frees: pins of two sessions on one system prompt hold
+    its blocks together, and while a third session's call runs on it they free none of them."""
+    bs, sys_blocks = TINY.block_size, 480 // TINY.block_size
+    seen: dict[str, tuple[int, int]] = {}
+
+    class Recording(PinFor):
+        def pin_ttl(self, session, context_tokens, blocks, ctx):
+            seen.setdefault(session.session_id, (ctx.kv.pinned_blocks, ctx.kv.revocable_blocks))
+            return super().pin_ttl(session, context_tokens, blocks, ctx)
+
+    a = session("a", 0.0, [(1000, 20, 50.0), (1100, 20, None)], sys_id="sp", sys_tokens=480)
+    b = session("b", 0.0, [(1000, 20, 50.0), (1100, 20, None)], sys_id="sp", sys_tokens=480)
+    c = session("c", 5.0, [(1000, 20, 50.0), (1100, 20, None)], sys_id="sp", sys_tokens=480)
+    d = session("d", 10.0, [(1000, 20, 50.0), (1100, 20, None)], sys_id="other", sys_tokens=480)
+    pol = custom_policy(TINY, retention=Recording(1000.0, only={"a", "b"}))
+    eng = make_engine([a, b, c, d], policy=pol)
+    eng.run()
+    _assert_drained(eng)
+    own = 1019 // bs - sys_blocks            # each pin: the system prompt's blocks + its own full ones
+    pinned_c, revocable_c = seen["c"]        # a and b pinned, c's call running on their prompt
+    assert pinned_c == 2 * (sys_blocks + own) and revocable_c == 2 * own
+    pinned_d, revocable_d = seen["d"]        # a and b pinned, nobody else on their prompt
+    assert pinned_d == 2 * (sys_blocks + own) and revocable_d == sys_blocks + 2 * own
+
+
 def test_revocable_pins_give_way_to_waiting_work():
     def b_latency(revocable: bool) -> float:
         a = session("a", 0.0, [(1500, 20, 50.0), (1600, 20, None)])
