@@ -81,11 +81,12 @@ def cluster(tmp_path_factory):
         proc.wait(120)
 
 
-def _chat(client, model: str, sid: str, turn: int) -> httpx.Response:
+def _chat(client, model: str, sid: str, turn: int, timeout: float | None = None) -> httpx.Response:
+    extra = {} if timeout is None else {"timeout": timeout}
     return client.post("/v1/chat/completions", headers={"X-Session-ID": sid},
                        json={"model": model, "max_tokens": 4, "ignore_eos": True,
                              "messages": [{"role": "user", "content": f"step {turn} of {sid}: run the tests"}],
-                             "vllm_xargs": {"session_id": sid, "turn_index": turn}})
+                             "vllm_xargs": {"session_id": sid, "turn_index": turn}}, **extra)
 
 
 def _history(replica: str, sid: str) -> dict | None:
@@ -170,8 +171,11 @@ def test_sessions_land_on_one_replica_each_and_a_killed_replica_leaves_the_other
     os.killpg(os.getpgid(launcher.pid), signal.SIGKILL)
     failed, t0 = 0, time.monotonic()
     while True:                                 # the moved session retries until the router fails over
-        r = _chat(client, model, moved, 4)
-        if r.status_code == 200:
+        try:                                    # (as an agent's client does, with a request timeout:
+            r = _chat(client, model, moved, 4, timeout=20)   # a call the router sent to the dying
+        except httpx.TimeoutException:          # replica once hung there until the client gave up)
+            r = None
+        if r is not None and r.status_code == 200:
             break
         failed += 1
         assert time.monotonic() - t0 < 120, f"no failover after {failed} failed calls"
