@@ -3,9 +3,9 @@
 The engine follows vLLM V1 (0.32) as driven by our adapter (`mars_openhands/vllm/scheduler.py`),
 step for step. One `Engine.step`:
 
-1. expired pins are released (`pins.py`); parked sessions the policy admits enter the engine,
-   beyond the policy's active window into its FCFS overflow queue (`core.window`); the policy
-   hears the GPU-plane telemetry (`Policy.observe_kv`), as the adapter reports it every step;
+1. the policy hears the GPU-plane telemetry (`Policy.observe_kv`), as the adapter reports it at
+   the top of its step; expired pins are released (`pins.py`); parked sessions the policy admits
+   enter the engine, beyond the policy's active window into its FCFS overflow queue (`core.window`);
 2. the scheduler decides the batch, running requests first, then waiting ones, with the
    allocation fallbacks (`scheduler.py`, vLLM's `Scheduler.schedule`);
 3. the batch runs for the cost model's time (`batch.py`); `Policy.on_step` gets what was
@@ -185,15 +185,13 @@ class Engine:
 
     def step(self) -> bool:
         """Schedule and run one batch; False if nothing could run (the engine waits for an event)."""
-        pol, now, sched = self.policy, self.now, self.scheduler
+        now, sched = self.now, self.scheduler
+        self._observe_kv(now)
         self.pins.expire(now)
         if self._ticks or self.backlog:
             self._admit()
         if sched.window:
             sched.refill(now)
-        demand_blocks = -(-sched.waiting.demand_tokens // self.bs)
-        pol.observe_kv(self.pool.free, demand_blocks, sched.prefill_start_latency,
-                       self.pins.revocable_blocks() if self.pins.pins else 0)
         scheduled = sched.schedule(now)
         if scheduled is None:
             return False
@@ -204,6 +202,17 @@ class Engine:
                 return True
         self._run_batch(scheduled.tokens)
         return True
+
+    def _observe_kv(self, now: float) -> None:
+        """Report the GPU plane before admission, as the vLLM adapter does at the top of its step.
+        Revocable blocks (O(pinned blocks)) are counted only when the control plane will read
+        them, at its tick; between ticks the last count stands, as the adapter's does."""
+        pol = self.policy
+        revocable = None
+        if self._ticks and now >= pol.next_tick_s:
+            revocable = self.pins.revocable_blocks() if self.pins.pins else 0
+        demand_blocks = -(-self.scheduler.waiting.demand_tokens // self.bs)
+        pol.observe_kv(self.pool.free, demand_blocks, self.scheduler.prefill_start_latency, revocable)
 
     def _horizon(self) -> float:
         """Where a decode fast-forward must stop: the next event, admission tick or re-order."""

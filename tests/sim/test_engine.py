@@ -3,6 +3,7 @@ import math
 
 import pytest
 
+from mars_openhands.core.strategies import Admission
 from mars_openhands.events import CpuTelemetry, PrefillStarted, ToolFinished, ToolStarted
 from mars_openhands.sim import run_simulation
 from mars_openhands.sim.engine import Engine, SimulationError
@@ -95,20 +96,29 @@ def test_pins_keep_blocks_through_pressure_and_are_released_once():
 
 def test_revocable_blocks_count_a_shared_prefix_once_and_not_what_a_running_call_holds():
     """Admission counts what revoking pins frees: pins of two sessions on one system prompt hold
-    its blocks together, and while a third session's call runs on it they free none of them."""
+    its blocks together, and while a third session's call runs on it they free none of them. The
+    control plane reads that count fresh at each of its ticks."""
     bs, sys_blocks = TINY.block_size, 480 // TINY.block_size
     seen: dict[str, tuple[int, int]] = {}
+    ticks: list[tuple[int, int]] = []
 
     class Recording(PinFor):
         def pin_ttl(self, session, context_tokens, blocks, ctx):
-            seen.setdefault(session.session_id, (ctx.kv.pinned_blocks, ctx.kv.revocable_blocks))
+            seen.setdefault(session.session_id, (ctx.kv.pinned_blocks, eng.pins.revocable_blocks()))
             return super().pin_ttl(session, context_tokens, blocks, ctx)
+
+    class AdmitAll(Admission):
+        def tick(self, ctx):
+            ticks.append((ctx.kv.revocable_blocks, eng.pins.revocable_blocks()))
+
+        def select(self, backlog, ctx):
+            return list(backlog)
 
     a = session("a", 0.0, [(1000, 20, 50.0), (1100, 20, None)], sys_id="sp", sys_tokens=480)
     b = session("b", 0.0, [(1000, 20, 50.0), (1100, 20, None)], sys_id="sp", sys_tokens=480)
     c = session("c", 5.0, [(1000, 20, 50.0), (1100, 20, None)], sys_id="sp", sys_tokens=480)
     d = session("d", 10.0, [(1000, 20, 50.0), (1100, 20, None)], sys_id="other", sys_tokens=480)
-    pol = custom_policy(TINY, retention=Recording(1000.0, only={"a", "b"}))
+    pol = custom_policy(TINY, retention=Recording(1000.0, only={"a", "b"}), admission=AdmitAll())
     eng = make_engine([a, b, c, d], policy=pol)
     eng.run()
     _assert_drained(eng)
@@ -117,6 +127,8 @@ def test_revocable_blocks_count_a_shared_prefix_once_and_not_what_a_running_call
     assert pinned_c == 2 * (sys_blocks + own) and revocable_c == 2 * own
     pinned_d, revocable_d = seen["d"]        # a and b pinned, nobody else on their prompt
     assert pinned_d == 2 * (sys_blocks + own) and revocable_d == sys_blocks + 2 * own
+    assert sys_blocks + 2 * own in {told for told, _ in ticks}
+    assert all(told == now for told, now in ticks)
 
 
 def test_revocable_pins_give_way_to_waiting_work():
