@@ -141,13 +141,16 @@ class EngineTelemetry(Event):
 
 @dataclass(frozen=True, slots=True)
 class CpuTelemetry(Event):
-    """CPU plane state: tool calls running or queued, host tool workers, EMA of tool queue wait."""
+    """CPU plane state: tool calls running or queued, host tool workers, EMA of tool queue wait,
+    and the calls waiting for the host now (None: the sender has no queue to count). Calls may
+    take several cores each, so fewer calls than workers does not mean nobody waits."""
 
     TYPE: ClassVar[str] = "cpu_telemetry"
     t: float
     tools_in_flight: int
     tool_workers: int
     ema_queue_wait_s: float = 0.0
+    tools_queued: int | None = None
 
     @property
     def backlog(self) -> float:
@@ -168,7 +171,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
 _NON_NEGATIVE = {"t", "turn_index", "prompt_tokens", "output_tokens", "context_tokens",
                  "expected_duration_s", "duration_s", "queue_wait_s", "free_blocks", "total_blocks",
                  "pinned_blocks", "waiting_demand_blocks", "prefill_start_latency_s",
-                 "tools_in_flight", "tool_workers", "ema_queue_wait_s"}
+                 "tools_in_flight", "tool_workers", "ema_queue_wait_s", "tools_queued"}
 _NON_EMPTY = {"session_id", "tool_name"}
 
 

@@ -22,7 +22,7 @@ SAMPLES = [
     SessionEnded("s1", 9.0),
     ToolCancelled("s1", 4.0),
     EngineTelemetry(1.0, free_blocks=10, total_blocks=100, pinned_blocks=5),
-    CpuTelemetry(1.0, tools_in_flight=6, tool_workers=4, ema_queue_wait_s=0.5),
+    CpuTelemetry(1.0, tools_in_flight=6, tool_workers=4, ema_queue_wait_s=0.5, tools_queued=2),
 ]
 
 
@@ -49,6 +49,8 @@ def test_every_type_has_a_sample():
     ({"type": "engine_telemetry", "t": 0, "free_blocks": 90, "total_blocks": 100, "pinned_blocks": 20},
      "engine_telemetry.free_blocks"),
     ({"type": "session_ended", "session_id": "s", "t": True}, "session_ended.t"),
+    ({"type": "cpu_telemetry", "t": 0, "tools_in_flight": 3, "tool_workers": 4, "tools_queued": -1},
+     "cpu_telemetry.tools_queued"),
 ])
 def test_invalid_event_names_the_field(data, field):
     with pytest.raises(EventError, match=field.replace(".", r"\.")):

@@ -6,8 +6,8 @@ Every `interval_s` (0.2 s) `tick()` reads both planes and moves two limits:
 - the session window W (paper, CPU plane), with hysteresis flags:
 
       CPU overloaded: enter backlog >= 2.0 or EMA wait >= 5 s; leave backlog <= 1.0 and wait <= 2 s
-                      (the wait EMA moves only when a tool call starts, so with a worker idle it
-                      is stale: no call waits then, and the wait counts as 0)
+                      (the wait EMA moves only when a tool call starts, so with no call queued
+                      it is stale: nobody waits then, and the wait counts as 0)
       KV overloaded:  enter usage >= 0.9; leave usage <= 0.85 (blocks only pins hold count as free)
       any overload                                                 -> W = max(W_min, floor(0.7 W))
       CPU healthy, usage <= 0.85, no preemption, spare blocks, W binds -> W = W + 1
@@ -329,8 +329,8 @@ class AimdAdmission(Admission):
         self._ticks += 1
         cfg, p, ws = self.config, self.pressure, self.working_set
         backlog, wait = ctx.cpu.backlog, ctx.cpu.ema_queue_wait_s
-        if ctx.cpu.tools_in_flight < ctx.cpu.tool_workers:
-            wait = 0.0     # a worker is idle: nobody waits now, whatever the last starts measured
+        if ctx.cpu.nobody_waits:
+            wait = 0.0     # nobody waits now, whatever the last starts measured
         kv = ctx.kv
         usage = 1.0 - (kv.free_blocks + kv.revocable_blocks) / kv.total_blocks if kv.total_blocks else 0.0
         p.cpu_healthy = backlog <= cfg.cpu_backlog_low and wait <= cfg.cpu_wait_low_s

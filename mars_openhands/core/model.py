@@ -112,12 +112,14 @@ class KVState:
 
 @dataclass(slots=True)
 class CpuState:
-    """CPU plane: tool calls in flight (running or queued), host tool workers, EMA of queue wait."""
+    """CPU plane: tool calls in flight (running or queued), host tool workers, EMA of queue wait,
+    calls queued now (None: not reported)."""
 
     tool_workers: int
     tools_in_flight: int = 0
     ema_queue_wait_s: float = 0.0
     ema_alpha: float = 0.2
+    tools_queued: int | None = None
 
     @property
     def backlog(self) -> float:
@@ -129,6 +131,15 @@ class CpuState:
     def update(self, ev: CpuTelemetry) -> None:
         self.tools_in_flight, self.tool_workers = ev.tools_in_flight, ev.tool_workers
         self.ema_queue_wait_s = ev.ema_queue_wait_s
+        self.tools_queued = ev.tools_queued
+
+    @property
+    def nobody_waits(self) -> bool:
+        """No tool call waits for the host now: none queued where the host reports its queue,
+        else fewer calls in flight than workers (exact only for one-core calls)."""
+        if self.tools_queued is not None:
+            return self.tools_queued == 0
+        return self.tools_in_flight < self.tool_workers
 
 
 @dataclass(slots=True)

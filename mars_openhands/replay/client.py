@@ -133,7 +133,8 @@ class Replayer:
 
     def _cpu(self) -> CpuTelemetry:
         return CpuTelemetry(t=time.time(), tools_in_flight=self.pool.in_flight,
-                            tool_workers=self.pool.workers, ema_queue_wait_s=self._ema_wait)
+                            tool_workers=self.pool.workers, ema_queue_wait_s=self._ema_wait,
+                            tools_queued=self.pool.queued)
 
     async def _tool(self, s: SessionTrace, k: int, rec: TurnRecord) -> None:
         tool = s.turns[k].tool

@@ -77,6 +77,23 @@ def test_stale_queue_wait_with_an_idle_tool_worker_is_not_overload():
     assert a.pressure.cpu_overloaded
 
 
+def test_a_reported_queue_decides_whether_the_wait_is_stale_when_calls_take_several_cores():
+    """Builds on two cores each: 6 calls fill 10 workers' cores and 3 more queue. Fewer calls than
+    workers then does not mean nobody waits; where the host reports its queue, that decides."""
+    a, ctx = AimdAdmission(PREVIEW), ctx_with(workers=10, in_flight=9, wait=30.0)
+    bind(a, ctx)
+    a.tick(ctx)
+    assert not a.pressure.cpu_overloaded                             # no queue reported: calls < workers
+    ctx.cpu.update(CpuTelemetry(1.0, tools_in_flight=9, tool_workers=10, ema_queue_wait_s=30.0,
+                                tools_queued=3))
+    a.tick(ctx)
+    assert a.pressure.cpu_overloaded                                 # 3 calls wait: the wait counts
+    ctx.cpu.update(CpuTelemetry(2.0, tools_in_flight=6, tool_workers=10, ema_queue_wait_s=30.0,
+                                tools_queued=0))
+    a.tick(ctx)
+    assert not a.pressure.cpu_overloaded and a.pressure.cpu_healthy  # queue drained: the EMA is stale
+
+
 def test_window_grows_by_one_only_when_cpu_healthy_kv_low_and_blocks_spare():
     a, ctx = AimdAdmission(AimdConfig(w_init=10, w_max=30)), ctx_with()
     bind(a, ctx)
