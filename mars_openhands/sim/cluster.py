@@ -94,6 +94,10 @@ class _HostTools:
         return self.pool.in_flight
 
     @property
+    def queued(self) -> int:
+        return self.pool.queued
+
+    @property
     def workers(self) -> int:
         return self.pool.workers
 

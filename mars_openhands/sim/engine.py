@@ -342,7 +342,7 @@ class Engine:
             self.ema_tool_wait += 0.2 * ((j.started_s - j.submitted_s) - self.ema_tool_wait)
             self.events.push(j.started_s + j.duration_s, TOOL_DONE, j)
         tp = self.tools
-        self._emit(CpuTelemetry(self.now, tp.in_flight, tp.workers, self.ema_tool_wait, len(tp.queue)))
+        self._emit(CpuTelemetry(self.now, tp.in_flight, tp.workers, self.ema_tool_wait, tp.queued))
 
     def _tool_done(self, job: ToolJob) -> None:
         s, now = job.session, self.now

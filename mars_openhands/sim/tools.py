@@ -38,6 +38,10 @@ class ToolPool:
     def in_flight(self) -> int:
         return self.running + len(self.queue)
 
+    @property
+    def queued(self) -> int:
+        return len(self.queue)
+
     def submit(self, job: ToolJob) -> list[ToolJob]:
         """Queue `job`; returns the jobs that start now."""
         self.queue.append(job)
