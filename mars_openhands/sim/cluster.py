@@ -57,7 +57,7 @@ from mars_openhands.sim.profiles import Profile, get_profile
 from mars_openhands.sim.routing import HashRing, ProgramGate, check_router
 from mars_openhands.sim.runner import ideal_latency
 from mars_openhands.sim.stats import Sample
-from mars_openhands.sim.tools import ToolJob, ToolPool
+from mars_openhands.sim.tools import ToolJob, ToolPlane
 from mars_openhands.workload.trace import SessionTrace
 
 #: Longest decode fast-forward of a replica while calls hop between replicas (round robin).
@@ -86,7 +86,7 @@ class _HostTools:
     """A replica's view of the tool plane: its own host's pool for its own sessions; a call it
     served for a session homed elsewhere runs its tool on that session's home host."""
 
-    def __init__(self, engine: Replica, pool: ToolPool) -> None:
+    def __init__(self, engine: Replica, pool: ToolPlane) -> None:
         self.engine, self.pool = engine, pool
 
     @property
@@ -122,7 +122,7 @@ class Replica(Engine):
         super().__init__(sessions, profile, policy, tool_workers=tool_workers, kv_blocks=kv_blocks)
         self.cluster, self.index = cluster, index
         self.host_pool = self.tools
-        self.tools = _HostTools(self, self.host_pool)     # type: ignore[assignment]
+        self.tools = _HostTools(self, self.host_pool)
         self.by_id = {s.sid: s for s in self.sessions}
         self.handed: dict[SimSession, float] = {}       # calls handed over: session -> when
         self.last_turn: dict[str, int] = {}             # the last turn of each session served here

@@ -50,7 +50,7 @@ from mars_openhands.sim.prefix import SessionCache
 from mars_openhands.sim.profiles import Profile
 from mars_openhands.sim.scheduler import Scheduler
 from mars_openhands.sim.stats import Counters, Timeline
-from mars_openhands.sim.tools import ToolJob, ToolPool
+from mars_openhands.sim.tools import ToolJob, ToolPlane, ToolPool
 from mars_openhands.sim.waiting import REORDER_S
 from mars_openhands.workload.trace import SessionTrace
 
@@ -83,7 +83,7 @@ class Engine:
         self.counters = Counters()
         self.timeline = Timeline()
         self.pool = BlockPool(kv_blocks)
-        self.tools = ToolPool(tool_workers)
+        self.tools: ToolPlane = ToolPool(tool_workers)
         self.cache = SessionCache(self.pool, self.bs, check)
         self.pins = PinKeeper(self.pool, self.cache, policy, self.counters)
         self.scheduler = Scheduler(profile, policy, self.pool, self.cache, self.pins, self.counters,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 
 @dataclass(slots=True, eq=False)
@@ -22,6 +22,19 @@ class ToolJob:
     submitted_s: float
     started_s: float = -1.0
     call_id: str = ""
+
+
+class ToolPlane(Protocol):
+    """What the engine asks of its host's tools: `ToolPool`, or a cluster replica's view of it."""
+
+    @property
+    def in_flight(self) -> int: ...
+    @property
+    def queued(self) -> int: ...
+    @property
+    def workers(self) -> int: ...
+    def submit(self, job: ToolJob) -> list[ToolJob]: ...
+    def finish(self, job: ToolJob, now: float) -> list[ToolJob]: ...
 
 
 class ToolPool:
