@@ -142,9 +142,9 @@ class Replayer:
         call_id = f"{s.session_id}/{k}"
         self._emit(ToolStarted(session_id=s.session_id, t=time.time(), tool_name=tool.name,
                                    command=tool.command, call_id=call_id))
-        self._emit(self._cpu())
         try:
-            run = await self.pool.run(tool.duration_s * self.config.tool_time_scale, tool.cpu_cores)
+            run = await self.pool.run(tool.duration_s * self.config.tool_time_scale, tool.cpu_cores,
+                                      joined=lambda: self._emit(self._cpu()))
         except asyncio.CancelledError:
             self._emit(ToolCancelled(session_id=s.session_id, t=time.time(), tool_name=tool.name,
                                          call_id=call_id))

@@ -15,6 +15,7 @@ import signal
 import sys
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 #: Spins until an absolute wall-clock deadline with a duty cycle (1.0 = a full core, 0 = sleep).
@@ -86,12 +87,17 @@ class ToolPool:
     def live_pids(self) -> list[int]:
         return [p.pid for p in self._procs if p.returncode is None]
 
-    async def _acquire(self) -> None:
+    async def _acquire(self, joined: Callable[[], None]) -> None:
+        """Take a worker (counted as running) or wait for one in FIFO order; `joined` is called
+        as soon as the call counts in `in_flight`, queued or running."""
         if self._free > 0 and not self._waiters:
             self._free -= 1
+            self._running += 1
+            joined()
             return
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append(fut)
+        joined()
         try:
             await fut
         except asyncio.CancelledError:
@@ -100,6 +106,7 @@ class ToolPool:
             else:
                 self._waiters.remove(fut)
             raise
+        self._running += 1
 
     def _release(self) -> None:
         while self._waiters:
@@ -109,8 +116,12 @@ class ToolPool:
                 return
         self._free += 1
 
-    async def run(self, duration_s: float, cpu_cores: float = 1.0) -> ToolRun:
-        """Queue for a worker, then keep `cpu_cores` cores busy for `duration_s` seconds."""
+    async def run(self, duration_s: float, cpu_cores: float = 1.0,
+                  joined: Callable[[], None] = lambda: None) -> ToolRun:
+        """Queue for a worker, then keep `cpu_cores` cores busy for `duration_s` seconds.
+
+        `joined` runs once the call counts in `in_flight` and `queued`, before it waits: the
+        replay client reports the host's telemetry there, so a call that queues is seen at once."""
         if not math.isfinite(duration_s) or duration_s < 0:
             raise ValueError(f"tool duration_s: expected a finite number >= 0, got {duration_s!r}")
         if not math.isfinite(cpu_cores) or cpu_cores < 0 or cpu_cores > MAX_CORES_PER_CALL:
@@ -118,9 +129,8 @@ class ToolPool:
         if self._closed:
             raise RuntimeError("tool pool is closed")
         submitted = time.monotonic()
-        await self._acquire()
+        await self._acquire(joined)
         started = time.monotonic()
-        self._running += 1
         procs: list[asyncio.subprocess.Process] = []
         try:
             deadline = time.time() + duration_s

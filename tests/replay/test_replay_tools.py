@@ -73,6 +73,28 @@ def test_calls_queue_fifo_when_all_workers_are_busy():
     assert 0.1 <= b.run_s < b.queue_wait_s            # run time excludes the wait
 
 
+def test_joined_sees_the_call_counted_before_it_waits():
+    """The replay client reports the host's telemetry from `joined`: a call that must queue is
+    already counted as queued there, one that gets a worker as running."""
+    async def main():
+        pool = ToolPool(workers=1)
+        seen: list[tuple[int, int, int]] = []
+
+        def joined():
+            seen.append((pool.running, pool.queued, pool.in_flight))
+        first = asyncio.create_task(pool.run(0.2, 0.0, joined=joined))
+        await asyncio.sleep(0.05)
+        second = asyncio.create_task(pool.run(0.05, 0.0, joined=joined))
+        await asyncio.sleep(0.05)
+        await asyncio.gather(first, second)
+        after = (pool.running, pool.queued, pool.in_flight)
+        await pool.close()
+        return seen, after
+    seen, after = asyncio.run(main())
+    assert seen == [(1, 0, 1), (1, 1, 2)]
+    assert after == (0, 0, 0)
+
+
 def test_a_busy_tool_really_burns_cpu_and_an_idle_one_does_not():
     async def burn(cores):
         pool = ToolPool(workers=1)
