@@ -212,7 +212,7 @@ class EventSink:
             self.batches += 1
         except (httpx.HTTPError, EngineError) as e:
             if not self.dropped:
-                log.warning("event delivery failed, dropping (counted, logged once): %s", e)
+                log.warning("event delivery failed, dropping (counted, logged once): %s: %s", type(e).__name__, e)
             self.dropped += len(events)
 
     async def _loop(self) -> None:

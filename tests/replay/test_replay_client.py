@@ -1,12 +1,16 @@
 """The replay client against a fake OpenAI-compatible engine: prompts, tagging, tools and events."""
 
+import asyncio
+import logging
+
+import httpx
 import pytest
 from replay_fake_engine import replay as _replay
 
 from mars_openhands.core.boundaries import INFERRED_TOOL
-from mars_openhands.events import parse_event
+from mars_openhands.events import SessionEnded, parse_event
 from mars_openhands.replay.client import ReplayConfig, timeline_point
-from mars_openhands.replay.engine import CacheConfig, parse_prometheus, prometheus_labels
+from mars_openhands.replay.engine import CacheConfig, EventSink, parse_prometheus, prometheus_labels
 from mars_openhands.workload.trace import SessionTrace, ToolCall, Turn
 
 
@@ -111,6 +115,24 @@ def test_event_delivery_failures_are_counted_not_fatal(fake_engine):
     out = _replay(fake_engine.url, _sessions()[:1])
     assert out.sessions[0].finish_s is not None
     assert out.events_sent == 0 and out.events_dropped >= 5
+
+
+def test_a_dropped_event_is_logged_with_its_error_type(caplog):
+    """A timeout stringifies to nothing: the warning must still say what failed."""
+    class TimingOut:
+        async def post_events(self, events, session_id):
+            raise httpx.ReadTimeout("")
+
+    async def main():
+        sink = EventSink(TimingOut())
+        sink.start()
+        sink.emit(SessionEnded(session_id="a", t=0.0, reason="finished"))
+        await sink.close()
+        return sink
+    with caplog.at_level(logging.WARNING):
+        sink = asyncio.run(main())
+    assert sink.dropped == 1 and sink.sent == 0
+    assert "ReadTimeout" in caplog.text
 
 
 def test_token_scale_and_tool_time_scale(fake_engine):
