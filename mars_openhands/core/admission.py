@@ -178,6 +178,14 @@ class LoadBalancer:
     count as free: pins are revocable). A "long" new session (first prefill > 50k tokens) is
     admitted only when no short session in the backlog has waited >= max(0.2, min(5, 1 / arrival
     rate)) s, KV is not overloaded and fewer than 2 long sessions are in flight.
+
+    Anti-starvation (ours): that gate, with smallest-first order, keeps a long session out for as
+    long as the backlog holds short ones, which under sustained load is the whole run (long-context
+    / 8 workers / moderate: every long session waited 5,300-7,000 s, a short one 1,400 s on
+    average). A long session that has waited at least the mean admission wait of the new sessions
+    admitted so far is *overdue*: it goes first (arrival order, after paused sessions) and passes
+    the short-wait gate; the KV checks and the 2-in-flight cap still apply. No constant: the bar is
+    what a new session measurably waits here.
     """
 
     def __init__(self, config: AimdConfig = AimdConfig()) -> None:
@@ -188,9 +196,25 @@ class LoadBalancer:
         self._arrivals = 0
         self._first_arrival = math.inf
         self._last_arrival = -math.inf
+        self._admitted_new = 0
+        self._admitted_wait_s = 0.0
 
     def is_long(self, s: Session) -> bool:
         return s.turns_finished == 0 and s.first_prompt_tokens > self.config.long_prefill_tokens
+
+    def admitted(self, chosen: Sequence[Session], now: float) -> None:
+        """Count the admission wait of the new sessions in `chosen` (the overdue bar)."""
+        for s in chosen:
+            if not s.turns_finished:
+                self._admitted_new += 1
+                self._admitted_wait_s += now - s.first_arrival_s
+
+    def overdue_bar_s(self) -> float:
+        """Mean admission wait of the new sessions admitted so far (inf before the first)."""
+        return self._admitted_wait_s / self._admitted_new if self._admitted_new else math.inf
+
+    def is_overdue(self, s: Session, now: float) -> bool:
+        return self.is_long(s) and now - s.first_arrival_s >= self.overdue_bar_s()
 
     def arrival_rate(self) -> float | None:
         """Sessions per second seen so far (None until two arrivals span some time)."""
@@ -222,8 +246,8 @@ class LoadBalancer:
             self._first_arrival = min(self._first_arrival, s.first_arrival_s)
 
     def order(self, backlog: Sequence[Session], slots: int, pressure: Pressure,
-              blocks_for: Callable[[int], int]) -> list[Session]:
-        """The backlog in admission order (sets `mode`)."""
+              blocks_for: Callable[[int], int], now: float) -> list[Session]:
+        """The backlog in admission order (sets `mode`): paused, overdue long, then new sessions."""
         resumed = sorted((s for s in backlog if s.turns_finished), key=lambda s: s.first_arrival_s)
         new = [s for s in backlog if not s.turns_finished]
         low_pressure = (not pressure.cpu_overloaded and not pressure.kv_overloaded
@@ -237,6 +261,11 @@ class LoadBalancer:
         else:
             self.mode = "smallest-first"
             new.sort(key=lambda s: (s.first_prompt_tokens, s.first_arrival_s))
+        if self.mode != "fcfs":
+            overdue = [s for s in new if self.is_overdue(s, now)]
+            if overdue:
+                overdue.sort(key=lambda s: s.first_arrival_s)
+                new = overdue + [s for s in new if not self.is_overdue(s, now)]
         return resumed + new
 
     def select(self, backlog: Sequence[Session], slots: int, pressure: Pressure,
@@ -252,25 +281,26 @@ class LoadBalancer:
             return []          # (costs and footprints are >= 0: nothing fits a negative room)
         cfg, blocks_for = self.config, ctx.kv.blocks_for
         budget = pressure.budget_blocks
-        candidates = self.order(backlog, slots, pressure, blocks_for)
+        now = ctx.now
+        candidates = self.order(backlog, slots, pressure, blocks_for, now)
         sorted_by_size = self.mode == "smallest-first"
-        short_waited = next((ctx.now - s.first_arrival_s for s in backlog
+        short_waited = next((now - s.first_arrival_s for s in backlog
                              if not s.turns_finished and not self.is_long(s)), 0.0)
-        long_room = 0
-        if not pressure.kv_overloaded and short_waited < self.long_wait_threshold_s():
-            long_room = max(0, cfg.max_long_inflight - self.long_in_flight(ctx))
+        long_room = 0 if pressure.kv_overloaded else max(0, cfg.max_long_inflight - self.long_in_flight(ctx))
+        short_gate_open = short_waited < self.long_wait_threshold_s()
         chosen: list[Session] = []
         footprint = footprints(ctx)
         for s in candidates:
             if len(chosen) >= slots:
                 break
             long = self.is_long(s)
-            if long and long_room <= 0:
+            overdue = long and self.is_overdue(s, now)
+            if long and (long_room <= 0 or not (short_gate_open or overdue)):
                 continue
             cost, fp = blocks_for(s.prompt_tokens), footprint(s)
             if cost > budget or fp > room_blocks:
-                if sorted_by_size and not s.turns_finished:
-                    break
+                if sorted_by_size and not s.turns_finished and not overdue:
+                    break          # (overdue ones come first, out of size order)
                 continue
             chosen.append(s)
             budget -= cost
@@ -408,13 +438,14 @@ class AimdAdmission(Admission):
         if not chosen and self._engine_idle:
             # Nothing admitted was in the engine at the last tick: admitting cannot crowd anyone
             # out, idling can (checked once a tick: the engine idles at most one control period).
-            chosen = self.balancer.order(backlog, 1, p, ctx.kv.blocks_for)[:1]
+            chosen = self.balancer.order(backlog, 1, p, ctx.kv.blocks_for, ctx.now)[:1]
             self.idle_admits += 1
         self._engine_idle = False
         self._admitted(chosen, ctx)
         return chosen
 
     def _admitted(self, chosen: Sequence[Session], ctx: PolicyContext) -> None:
+        self.balancer.admitted(chosen, ctx.now)
         for s in chosen:
             self._pending_blocks += ctx.kv.blocks_for(s.prompt_tokens)
             self.working_set.add(s, ctx)

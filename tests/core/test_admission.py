@@ -251,6 +251,28 @@ def test_long_session_is_held_back_while_a_short_one_has_waited_long_enough():
     assert lb.long_wait_threshold_s() == pytest.approx(4.0)
 
 
+def test_an_overdue_long_session_goes_first_and_passes_the_short_wait_gate():
+    """A long session that has waited the mean admission wait of new sessions is no longer held
+    back by short ones (they would keep it out for as long as a backlog lasts)."""
+    lb, ctx = LoadBalancer(), ctx_with(total=100_000, free=100_000)
+    ok = Pressure(budget_blocks=90_000)
+    assert lb.overdue_bar_s() == float("inf")                       # nothing admitted yet
+    lb.admitted([Session("a", 0.0, 1000, prompt_tokens=1000), Session("b", 0.0, 1000, prompt_tokens=1000)], 20.0)
+    assert lb.overdue_bar_s() == pytest.approx(20.0)
+    ctx.now = 30.0
+    backlog = [Session("long-old", 5.0, 60_000, prompt_tokens=60_000),       # waited 25 s >= 20
+               Session("long-new", 15.0, 60_000, prompt_tokens=60_000),     # waited 15 s < 20
+               Session("short", 20.0, 1000, prompt_tokens=1000)]            # waited 10 s (> 5 s gate)
+    for s in backlog:
+        ctx.sessions[s.session_id] = s
+    assert ids(lb.select(backlog, 1, ok, ctx)) == ["long-old"]
+    assert ids(lb.select(backlog, 3, ok, ctx)) == ["long-old", "short"]
+    assert ids(lb.order(backlog, 1, ok, ctx.kv.blocks_for, ctx.now)) == ["long-old", "short", "long-new"]
+    assert lb.mode == "smallest-first"
+    # KV health and the in-flight cap still hold it back
+    assert ids(lb.select(backlog, 3, Pressure(kv_overloaded=True, budget_blocks=90_000), ctx)) == ["short"]
+
+
 # ---- through the Policy facade -------------------------------------------------------------
 
 def mars(total: int = 10_000, workers: int = 2, **overrides) -> Policy:
