@@ -45,8 +45,8 @@ class ClairvoyantBalancer(LoadBalancer):
         self.sizes = sizes
 
     def order(self, backlog: Sequence[Session], slots: int, pressure: Pressure,
-              blocks_for: Callable[[int], int]) -> list[Session]:
-        ordered = super().order(backlog, slots, pressure, blocks_for)
+              blocks_for: Callable[[int], int], now: float) -> list[Session]:
+        ordered = super().order(backlog, slots, pressure, blocks_for, now)
         resumed = [s for s in ordered if s.turns_finished]
         new = sorted((s for s in ordered if not s.turns_finished), key=lambda s: self.sizes[s.session_id])
         self.mode = "clairvoyant"     # (not smallest-first: a pass may not stop at the first misfit)
