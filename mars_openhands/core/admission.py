@@ -262,10 +262,12 @@ class LoadBalancer:
             self.mode = "smallest-first"
             new.sort(key=lambda s: (s.first_prompt_tokens, s.first_arrival_s))
         if self.mode != "fcfs":
-            overdue = [s for s in new if self.is_overdue(s, now)]
+            overdue: list[Session] = []
+            rest: list[Session] = []
+            for s in new:
+                (overdue if self.is_overdue(s, now) else rest).append(s)
             if overdue:
-                overdue.sort(key=lambda s: s.first_arrival_s)
-                new = overdue + [s for s in new if not self.is_overdue(s, now)]
+                new = sorted(overdue, key=lambda s: s.first_arrival_s) + rest
         return resumed + new
 
     def select(self, backlog: Sequence[Session], slots: int, pressure: Pressure,
