@@ -52,6 +52,8 @@ DISPATCH: dict[str, tuple[str, str, str]] = {
                            "write (and where Docker answers, build) an agent-server image with the MARS hook"),
     "bench-matrix": ("mars_openhands.matrix.run", "core",
                      "every policy on a grid of workloads x hosts in the simulator (regret table, heatmap)"),
+    "import-trace": ("mars_openhands.workload.importers.cli", "core",
+                     "convert a public agent trace (Weka, TraceLab) to mars-trace/1"),
 }
 _ENVIRONMENTS = {
     "engine": "the engine environment .venv (`make setup-engine`, i.e. pip install -e '.[vllm]' on Python 3.11)",
