@@ -48,6 +48,13 @@ class Where:
     line: int
     problems: Problems
 
+    def mark(self) -> int:
+        """How many problems have been recorded so far: `ok_since(mark)` tells whether more came."""
+        return self.problems.count
+
+    def ok_since(self, mark: int) -> bool:
+        return self.problems.count == mark
+
     def problem(self, name: str, message: str) -> None:
         self.problems.add(f"{self.file}:{self.line}: field '{name}': {message}" if name
                           else f"{self.file}:{self.line}: {message}")

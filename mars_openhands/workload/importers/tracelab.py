@@ -67,18 +67,20 @@ def _time(where: Where, obj: Mapping[str, Any], key: str, p: str, *, required: b
 
 
 def _tool(where: Where, raw: Mapping[str, Any], p: str) -> _Tool | None:
+    mark = where.mark()
     name = where.string(raw, "tool_name", p)
     start = _time(where, raw, "emitted_at", p)
     end = _time(where, raw, "result_at", p, required=False)
     wall_ms = where.number(raw, "tool_wall_latency_ms", p, required=False)
     if end is None and raw.get("result_at") is None and wall_ms is None:
         where.problem(f"{p}result_at", "missing, and so is tool_wall_latency_ms")
-    if name is None or start is None or (end is None and wall_ms is None):
+    if not where.ok_since(mark) or name is None or start is None:
         return None
     return _Tool(name, start, end if end is not None else start + wall_ms / 1000.0)
 
 
 def _round(where: Where, obj: Mapping[str, Any]) -> _Round | None:
+    mark = where.mark()
     sid = where.string(obj, "session_id")
     index = where.number(obj, "round_index", integer=True)
     tokens_in = where.number(obj, "input_tokens_total", integer=True)
@@ -94,8 +96,7 @@ def _round(where: Where, obj: Mapping[str, Any]) -> _Round | None:
     raw_tools = where.objects(obj, "tools", required=False)
     tools = [_tool(where, t, f"tools[{i}].") for i, t in enumerate(raw_tools or ())]
     group = "/".join(str(obj[k]) for k in ("provider", "project", "model") if obj.get(k))
-    if (sid is None or index is None or tokens_in is None or prefix is None or tokens_out is None
-            or not times or None in times or raw_tools is None or None in tools):
+    if not where.ok_since(mark) or sid is None:
         return None
     stamps = [t for t in times if t is not None]
     return _Round(sid, index, tokens_in, prefix, tokens_out, first_input == USER_MESSAGE, min(stamps),

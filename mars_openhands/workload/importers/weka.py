@@ -78,6 +78,7 @@ def _hash_ids(where: Where, r: Mapping[str, Any], name: str) -> tuple[int, ...] 
 
 
 def _request(where: Where, r: Mapping[str, Any], p: str) -> _Request | None:
+    mark = where.mark()
     kind = r.get("type")
     if kind is not None and kind not in ("n", "s"):
         where.problem(f"{p}type", f"expected 'n', 's' or 'subagent', got {kind!r}")
@@ -89,20 +90,19 @@ def _request(where: Where, r: Mapping[str, Any], p: str) -> _Request | None:
     if not isinstance(stop, str):
         where.problem(f"{p}stop", f"expected a string, got {stop!r}")
     api_time = where.number(r, "api_time", p, required=False, default=0.0)
-    if None in (t, tokens_in, tokens_out, hashes, api_time) or not isinstance(stop, str) or \
-            (kind is not None and kind not in ("n", "s")):
+    if not where.ok_since(mark):
         return None
-    assert hashes is not None
-    return _Request(float(t), tokens_in, tokens_out, hashes, stop, float(api_time))
+    return _Request(float(t), tokens_in, tokens_out, hashes or (), stop, float(api_time))
 
 
 def _group(where: Where, r: Mapping[str, Any], p: str) -> _Group | None:
+    mark = where.mark()
     agent_id = where.string(r, "agent_id", p)
     t = where.number(r, "t", p, required=False)
     tool_tokens = where.number(r, "tool_tokens", p, integer=True, required=False, default=0)
     inner = where.objects(r, "requests", p)
     items = _items(where, inner, f"{p}requests") if inner is not None else None
-    if agent_id is None or tool_tokens is None or items is None or ("t" in r and t is None):
+    if not where.ok_since(mark) or agent_id is None or items is None:
         return None
     return _Group(agent_id, None if t is None else float(t), tool_tokens, items)
 
@@ -116,6 +116,7 @@ def _items(where: Where, raw: Sequence[Mapping[str, Any]], name: str) -> tuple[_
 
 
 def _session(where: Where, obj: Mapping[str, Any]) -> _Session | None:
+    mark = where.mark()
     sid = where.string(obj, "id")
     block_size = where.number(obj, "block_size", integer=True, required=False, minimum=1,
                               default=DEFAULT_BLOCK_SIZE)
@@ -124,9 +125,8 @@ def _session(where: Where, obj: Mapping[str, Any]) -> _Session | None:
     raw = where.objects(obj, "requests")
     if raw is not None and not raw:
         where.problem("requests", "expected a non-empty list")
-        raw = None
-    items = _items(where, raw, "requests") if raw is not None else None
-    if sid is None or block_size is None or tool_tokens is None or items is None:
+    items = _items(where, raw, "requests") if raw else None
+    if not where.ok_since(mark) or sid is None or items is None:
         return None
     return _Session(sid, block_size, tool_tokens, items, where)
 
