@@ -21,7 +21,8 @@ is under 1.5, the overload target is out of every policy's reach, and the table 
 the ideal the table gives the clairvoyant-admission *bound* (`bound.py`: MARS admitting by true
 session length) and the *gap captured*: the share of the gap between the best baseline's mean and
 the bound's that MARS closes (1: as good as the bound, 0: no better than the best baseline, < 0:
-behind it; none where the bound does not beat the best baseline).
+behind it; none where the bound is not at least 1 % below the best baseline's mean: a smaller
+gap is the noise of two runs, and its share says nothing).
 
 *Seeds*: matrix.json holds one entry per cell and trace seed. Every verdict is over seeds: a
 cell's ratios are the geometric means of its per-seed ratios, shown with the per-seed min and max,
@@ -46,6 +47,7 @@ PREEMPT_SHARE = 0.01        # preemptions / LLM calls above which it counts as q
 IDLE_TOLERANCE = 0.02       # where nothing queues, MARS may be this much slower
 OVERLOAD_LEVEL, OVERLOAD_TARGET = "overloaded", 1.5
 MONOTONE_TOLERANCE = 0.03   # more workers or KV may not make MARS' mean slower by more than this
+GAP_FLOOR = 0.01            # a bound less than this much below the best baseline's mean leaves no gap to share
 
 
 def baselines(names: Sequence[str]) -> list[str]:
@@ -108,7 +110,7 @@ def _mean_of(cell: Mapping[str, Any], policy: str) -> float | None:
 
 
 def _share(best: float | None, mars: float | None, bound: float | None) -> float | None:
-    if best is None or mars is None or bound is None or best - bound <= 0:
+    if best is None or mars is None or bound is None or best - bound <= GAP_FLOOR * best:
         return None
     return (best - mars) / (best - bound)
 

@@ -92,6 +92,8 @@ def test_gap_captured_is_mars_share_of_the_best_baseline_to_bound_gap():
     assert block(400, 150, 200)["gap_captured"] == 1.25       # MARS beat the bound
     assert block(400, 500, 200)["gap_captured"] == -0.5       # behind the best baseline
     assert block(400, 300, 400)["gap_captured"] is None       # the bound gains nothing: no gap to share
+    assert block(400, 400, 396.5)["gap_captured"] is None     # under 1 %: noise, not a gap
+    assert block(400, 398, 395)["gap_captured"] == 0.4
     assert block(400, 300, None)["gap_captured"] is None      # no bound run
     # over seeds: the seed-mean gaps (400 - 300) / (400 - 200) and (200 - 200) / (200 - 100)
     v, = report.verdicts([seeded(cell(fcfs=pol(400, 400), mars=pol(300, 300)), 1, 200),
