@@ -212,6 +212,7 @@ class LoadBalancer:
         self._last_arrival = -math.inf
         self._admitted_new = 0
         self._admitted_wait_s = 0.0
+        self._size_order: tuple[tuple[str, tuple[Session, ...]], list[Session]] | None = None
 
     def is_long(self, s: Session) -> bool:
         return s.turns_finished == 0 and s.first_prompt_tokens > self.config.long_prefill_tokens
@@ -269,12 +270,9 @@ class LoadBalancer:
         if (low_pressure and len(backlog) <= slots
                 and sum(blocks_for(s.prompt_tokens) for s in backlog) <= pressure.budget_blocks):
             self.mode = "fcfs"
-        elif pressure.cpu_overloaded:
-            self.mode = "largest-first"
-            new.sort(key=lambda s: (-s.first_prompt_tokens, s.first_arrival_s))
         else:
-            self.mode = "smallest-first"
-            new.sort(key=_BY_SIZE)
+            self.mode = "largest-first" if pressure.cpu_overloaded else "smallest-first"
+            new = self._by_size(new)
         bar = self.overdue_bar_s()
         if self.mode != "fcfs" and bar < math.inf:
             # `is_overdue`, inlined (this runs over the whole backlog): every one here is new
@@ -287,6 +285,20 @@ class LoadBalancer:
             if overdue:
                 new = sorted(overdue, key=_BY_ARRIVAL) + rest
         return resumed + new
+
+    def _by_size(self, new: list[Session]) -> list[Session]:
+        """`new` in the mode's size order. A session's first prompt and arrival never change, so
+        the same sessions in the same backlog order sort the same: the last sort is reused (the
+        balancer runs whenever the limits move, mostly over an unchanged backlog)."""
+        key = (self.mode, tuple(new))
+        if self._size_order is not None and self._size_order[0] == key:
+            return self._size_order[1]
+        if self.mode == "largest-first":
+            new.sort(key=lambda s: (-s.first_prompt_tokens, s.first_arrival_s))
+        else:
+            new.sort(key=_BY_SIZE)
+        self._size_order = (key, new)
+        return new
 
     def select(self, backlog: Sequence[Session], slots: int, pressure: Pressure,
                ctx: PolicyContext, room_blocks: float = math.inf) -> list[Session]:

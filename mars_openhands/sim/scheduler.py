@@ -147,8 +147,8 @@ class Scheduler:
     def _schedule_running(self, budget: int, sched: dict, gone: set, now: float) -> int:
         pol, pool, bs, by_req = self.policy, self.pool, self.bs, self.by_req
         # `Policy.order`, on the engine's objects: a stable sort by the policy's key
-        key, running = pol.sort_key(now), self.running
-        keys = [key(r.req) for r in running]
+        running = self.running
+        keys = pol.keys([r.req for r in running], now)
         ordered = [running[i] for i in sorted(range(len(running)), key=keys.__getitem__)]
         # Blocks are taken from the free queue's head in one go: nothing here reads the queue or
         # adds to its head in between (releases append), so the same blocks go as one by one.
