@@ -110,7 +110,7 @@ class Scheduler:
             decode_only = len(running) <= budget
             if decode_only:
                 grow = 0
-                for r in running:
+                for r in reversed(running):     # (calls still prefilling joined last: found sooner)
                     c = r.c
                     if c < r.req.prompt_tokens or c != r.req.prompt_tokens + r.req.output_tokens - 1:
                         decode_only = False
