@@ -145,8 +145,8 @@ def spread(values: Sequence[float | None]) -> Spread:
 
 
 def _seed_mean(values: Sequence[float | None]) -> float | None:
-    return None if not values or any(v is None for v in values) else statistics.fmean(
-        [v for v in values if v is not None])
+    vals = [v for v in values if v is not None]
+    return statistics.fmean(vals) if vals and len(vals) == len(values) else None
 
 
 @dataclass(frozen=True)
@@ -193,16 +193,17 @@ def _verdict(name: str, entries: Sequence[Mapping[str, Any]]) -> CellVerdict:
     best = [_mean_of(e, r.best_mean) if r.best_mean else None for e, r in zip(entries, rs)]
     ms = [_mean_of(e, MARS) for e in entries]
     bounds = [e.get("bound", {}).get("mean_e2e_s") for e in entries]
+    best_s, mars_s, bound_s = _seed_mean(best), _seed_mean(ms), _seed_mean(bounds)
     return CellVerdict(
-        name, tuple(entries), mean, p95,
-        spread([_ratio(t.get("mean_e2e_s"), m.get("mean_e2e_s")) for t, m in zip(thunder, mars)]),
-        spread([_ratio(t.get("p95_e2e_s"), m.get("p95_e2e_s")) for t, m in zip(thunder, mars)]),
-        tuple(dict.fromkeys(r.best_mean for r in rs if r.best_mean)),
-        tuple(dict.fromkeys(r.best_p95 for r in rs if r.best_p95)),
-        queued, _holds(mean.mean, p95.mean, queued, entries[0].get("load")), sum(r.holds for r in rs),
-        spread([r.headroom for r in rs]), _seed_mean([e.get("ideal_mean_e2e_s") for e in entries]),
-        _seed_mean(bounds), _seed_mean(best), _seed_mean(ms),
-        _share(_seed_mean(best), _seed_mean(ms), _seed_mean(bounds)))
+        name=name, entries=tuple(entries), mean=mean, p95=p95,
+        vs_thunder_mean=spread([_ratio(t.get("mean_e2e_s"), m.get("mean_e2e_s")) for t, m in zip(thunder, mars)]),
+        vs_thunder_p95=spread([_ratio(t.get("p95_e2e_s"), m.get("p95_e2e_s")) for t, m in zip(thunder, mars)]),
+        best_mean=tuple(dict.fromkeys(r.best_mean for r in rs if r.best_mean)),
+        best_p95=tuple(dict.fromkeys(r.best_p95 for r in rs if r.best_p95)),
+        queues=queued, holds=_holds(mean.mean, p95.mean, queued, entries[0].get("load")),
+        holds_seeds=sum(r.holds for r in rs), headroom=spread([r.headroom for r in rs]),
+        ideal_s=_seed_mean([e.get("ideal_mean_e2e_s") for e in entries]), bound_s=bound_s, best_s=best_s,
+        mars_s=mars_s, gap_captured=_share(best_s, mars_s, bound_s))
 
 
 def verdicts(cells: Sequence[Mapping[str, Any]]) -> list[CellVerdict]:
