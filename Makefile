@@ -81,10 +81,11 @@ models/%/.done: scripts/build_model.py | setup-engine
 	$(PY) scripts/build_model.py --size $* --out models/$*
 	touch $@
 
-# Per-step cost of the MARS scheduler adapter over stock vLLM (256 running, 1,000 waiting).
+# Per-step cost of the MARS scheduler adapter over stock vLLM (256 running, 1,000 waiting or parked;
+# mars with admission on, mars-no-admission with every request in vLLM's queues).
 .PHONY: bench-sched
 bench-sched: setup-engine
-	$(PY) scripts/bench_scheduler.py --running 256 --waiting 1000 --steps 300 --policies fcfs,mars-no-admission
+	$(PY) scripts/bench_scheduler.py --running 256 --waiting 1000 --steps 300 --policies fcfs,mars-no-admission,mars
 
 test: lint test-core test-agent
 

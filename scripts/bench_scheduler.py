@@ -6,6 +6,12 @@ is full, so the waiting ones stay queued). The schedulers under comparison take 
 step and each step is timed in thread CPU time, so other load on the machine skews them alike.
 Prints mean and p95 milliseconds per step and the adapter's overhead over stock vLLM.
 
+`mars` runs with admission on, its session window sized to the running set (W_init = W_max = R,
+R tool workers): R sessions are admitted and run, the other W stay parked at the admission gate
+and are offered to the control plane at every step, which ticks every 0.2 s of a clock that
+advances `--step-s` per step (a decode step's duration on the GPU). `mars-no-admission` orders
+and accounts for all R + W requests in vLLM's own queues instead.
+
     python scripts/bench_scheduler.py --running 256 --waiting 1000 --steps 200
 """
 from __future__ import annotations
@@ -48,6 +54,8 @@ def make_scheduler(cls, running: int, prompt: int, steps: int, folder: Path):
 
 def step(s) -> float:
     from vllm.v1.outputs import ModelRunnerOutput
+    if isinstance(getattr(s, "clock", None), StepClock):
+        s.clock.t += s.clock.step_s
     t0 = time.thread_time()
     out = s.schedule()
     ids = list(out.num_scheduled_tokens)
@@ -57,7 +65,26 @@ def step(s) -> float:
     return time.thread_time() - t0
 
 
-def prepare(cls, running: int, waiting: int, steps: int, prompt: int, folder: Path):
+class StepClock:
+    """The policy's clock in the benchmark: `--step-s` per scheduler step, not the host's pace."""
+
+    def __init__(self, step_s: float) -> None:
+        self.t, self.step_s = 0.0, step_s
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def with_admission(s, running: int) -> None:
+    """Give a MARS scheduler a policy whose session window is the running set (see the docstring)."""
+    from mars_openhands.core.registry import EngineShape, PolicyConfig, build_policy
+
+    shape = EngineShape(s.mars.ctx.kv.total_blocks, s.block_size, tool_workers=running)
+    config = PolicyConfig().with_overrides({"aimd.w_init": running, "aimd.w_max": running})
+    s.mars = build_policy(s.POLICY, shape, config)
+
+
+def prepare(cls, running: int, waiting: int, steps: int, prompt: int, folder: Path, step_s: float):
     from vllm.sampling_params import SamplingParams
     from vllm.utils.hashing import sha256_cbor
     from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
@@ -66,14 +93,19 @@ def prepare(cls, running: int, waiting: int, steps: int, prompt: int, folder: Pa
     init_none_hash(sha256_cbor)
     hasher = get_request_block_hasher(BLOCK, sha256_cbor)
     s = make_scheduler(cls, running, prompt, steps, folder)
+    if hasattr(s, "mars"):
+        s.clock = StepClock(step_s)
+        if s.mars.admission is not None:
+            with_admission(s, running)
     for i in range(running + waiting):
         params = SamplingParams(max_tokens=10 * steps, ignore_eos=True)
         tokens = [(i * 31 + j) % 500 + 1 for j in range(prompt)]
         s.add_request(Request(f"r{i}", tokens, params, None, block_hasher=hasher, session_id=f"s{i}"))
-    while (sum(1 for r in s.running if r.num_computed_tokens >= r.num_prompt_tokens)
-           < min(running, len(s.running) or running)):
-        step(s)                      # warm-up: prefill the running set
-    return s
+    for _ in range(100 + steps):     # warm-up: admit and prefill the running set
+        if sum(1 for r in s.running if r.num_computed_tokens >= r.num_prompt_tokens) >= running:
+            return s
+        step(s)
+    raise SystemExit(f"{cls.__name__}: only {len(s.running)} of {running} requests running after warm-up")
 
 
 def measure_interleaved(schedulers: dict, steps: int) -> dict[str, list[float]]:
@@ -82,8 +114,9 @@ def measure_interleaved(schedulers: dict, steps: int) -> dict[str, list[float]]:
         for name, s in schedulers.items():
             times[name].append(step(s))
     for name, s in schedulers.items():
-        counts = s.get_request_counts()
-        print(f"  {name:<24} running={counts[0]} waiting={counts[1]}", file=sys.stderr)
+        running, waiting = len(s.running), len(s.waiting)
+        held = len(s.requests) - running - waiting      # parked at the admission gate (MARS)
+        print(f"  {name:<24} running={running} waiting={waiting} parked={held}", file=sys.stderr)
     return times
 
 
@@ -98,10 +131,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--waiting", type=int, default=1000)
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--prompt", type=int, default=64)
-    ap.add_argument("--policies", default="fcfs,mars-no-admission",
-                    help="scheduler classes by policy name (default fcfs,mars-no-admission: MARS' "
-                         "ordering and accounting over all R + W requests, its worst case here; "
-                         "with admission, parked requests cost nothing per step)")
+    ap.add_argument("--step-s", type=float, default=0.02,
+                    help="policy-clock seconds per step (default 0.02: MARS' control plane ticks every 10 steps)")
+    ap.add_argument("--policies", default="fcfs,mars-no-admission,mars",
+                    help="scheduler classes by policy name (default fcfs,mars-no-admission,mars; see the "
+                         "docstring for the two MARS variants)")
     args = ap.parse_args(argv)
     from vllm.v1.core.sched.scheduler import Scheduler
 
@@ -109,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     from mars_openhands.vllm.scheduler_path import scheduler_class_path
 
     with tempfile.TemporaryDirectory(prefix="bench-sched-") as tmp:   # a config-only model folder
-        shape = (args.running, args.waiting, args.steps, args.prompt, Path(tmp))
+        shape = (args.running, args.waiting, args.steps, args.prompt, Path(tmp), args.step_s)
         schedulers = {"stock": prepare(Scheduler, *shape)}
         for name in args.policies.split(","):
             cls = getattr(adapter, scheduler_class_path(name).rsplit(".", 1)[1])

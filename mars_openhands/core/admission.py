@@ -51,10 +51,11 @@ tokens / 2 long sessions. There is no W_max unless configured (the preview's 30;
 """
 from __future__ import annotations
 
-import dataclasses
+import heapq
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from mars_openhands.core.context import PolicyContext
 from mars_openhands.core.model import Session
@@ -63,6 +64,9 @@ from mars_openhands.core.strategies import Admission, Stats
 #: EMA weight of the engaged and tool shares per tick (0.2 s): a time constant of about 4 s,
 #: several LLM turns, so one burst of tool completions does not swing the limits.
 SHARE_EMA = 0.05
+#: Backlog sort keys (C getters: the balancer sorts the whole backlog).
+_BY_ARRIVAL = attrgetter("first_arrival_s")
+_BY_SIZE = attrgetter("first_prompt_tokens", "first_arrival_s")
 #: Floor of both shares: K is at most 20 x what fits resident and cpu_cap 20 x the paper's
 #: (sessions that spend 95 % of their time on one plane; below that the estimate rests on too
 #: few sessions on the other).
@@ -117,6 +121,10 @@ class Pressure:
     kv_usage: float = 0.0
     budget_blocks: int = 0        # free (or pinned) blocks above the 10 % reserve, minus queued demand
 
+    def with_budget(self, budget_blocks: int) -> Pressure:
+        """A copy with another budget (`dataclasses.replace`, without its cost on every step)."""
+        return Pressure(self.cpu_overloaded, self.kv_overloaded, self.cpu_healthy, self.kv_usage, budget_blocks)
+
 
 def footprints(ctx: PolicyContext) -> Callable[[Session], int]:
     """`footprint(s)`: the blocks `s` is predicted to need at its next turn, its context so far
@@ -148,12 +156,13 @@ class WorkingSet:
         """Drop sessions that left the window (ended, idle-released, suspended); re-sum, also
         the part with a call in the engine (one pass: this runs at every tick)."""
         kept: dict[str, Session] = {}
-        footprint = footprints(ctx)
+        growth, block_size, known = round(ctx.turn_growth_tokens), ctx.kv.block_size, ctx.sessions
         blocks = engaged_blocks = in_engine = 0
         for sid, s in self.sessions.items():
-            if s.holds_slot and not s.ended and ctx.sessions.get(sid) is s:
+            if s.holds_slot and not s.ended and known.get(sid) is s:
                 kept[sid] = s
-                fp = footprint(s)
+                c, p = s.context_tokens, s.prompt_tokens     # (`footprints`, inlined: per tick)
+                fp = -(-((c if c > p else p) + growth) // block_size)
                 blocks += fp
                 if s.turns > s.turns_finished:
                     engaged_blocks += fp
@@ -161,8 +170,13 @@ class WorkingSet:
         self.sessions, self.blocks = kept, blocks
         self.engaged_blocks, self.in_engine = engaged_blocks, in_engine
 
-    def youngest_first(self) -> list[Session]:
-        return sorted(self.sessions.values(), key=lambda s: (-(s.admitted_s or 0.0), -s.first_arrival_s))
+    def youngest_first(self) -> Iterator[Session]:
+        """Every session but the oldest, youngest (latest admitted, then latest arrived) first,
+        as a stable sort would give them; lazily (a tick takes the first few)."""
+        heap = [(-(s.admitted_s or 0.0), -s.first_arrival_s, i, s) for i, s in enumerate(self.sessions.values())]
+        heapq.heapify(heap)
+        for _ in range(len(heap) - 1):
+            yield heapq.heappop(heap)[3]
 
 
 class LoadBalancer:
@@ -198,6 +212,7 @@ class LoadBalancer:
         self._last_arrival = -math.inf
         self._admitted_new = 0
         self._admitted_wait_s = 0.0
+        self._size_order: tuple[tuple[str, tuple[Session, ...]], list[Session]] | None = None
 
     def is_long(self, s: Session) -> bool:
         return s.turns_finished == 0 and s.first_prompt_tokens > self.config.long_prefill_tokens
@@ -248,27 +263,42 @@ class LoadBalancer:
     def order(self, backlog: Sequence[Session], slots: int, pressure: Pressure,
               blocks_for: Callable[[int], int], now: float) -> list[Session]:
         """The backlog in admission order (sets `mode`): paused, overdue long, then new sessions."""
-        resumed = sorted((s for s in backlog if s.turns_finished), key=lambda s: s.first_arrival_s)
+        resumed = sorted((s for s in backlog if s.turns_finished), key=_BY_ARRIVAL)
         new = [s for s in backlog if not s.turns_finished]
         low_pressure = (not pressure.cpu_overloaded and not pressure.kv_overloaded
                         and pressure.cpu_healthy and pressure.kv_usage <= self.config.kv_low)
         if (low_pressure and len(backlog) <= slots
                 and sum(blocks_for(s.prompt_tokens) for s in backlog) <= pressure.budget_blocks):
             self.mode = "fcfs"
-        elif pressure.cpu_overloaded:
-            self.mode = "largest-first"
-            new.sort(key=lambda s: (-s.first_prompt_tokens, s.first_arrival_s))
         else:
-            self.mode = "smallest-first"
-            new.sort(key=lambda s: (s.first_prompt_tokens, s.first_arrival_s))
-        if self.mode != "fcfs":
+            self.mode = "largest-first" if pressure.cpu_overloaded else "smallest-first"
+            new = self._by_size(new)
+        bar = self.overdue_bar_s()
+        if self.mode != "fcfs" and bar < math.inf:
+            # `is_overdue`, inlined (this runs over the whole backlog): every one here is new
             overdue: list[Session] = []
             rest: list[Session] = []
+            long_tokens = self.config.long_prefill_tokens
             for s in new:
-                (overdue if self.is_overdue(s, now) else rest).append(s)
+                (overdue if s.first_prompt_tokens > long_tokens and now - s.first_arrival_s >= bar
+                 else rest).append(s)
             if overdue:
-                new = sorted(overdue, key=lambda s: s.first_arrival_s) + rest
+                new = sorted(overdue, key=_BY_ARRIVAL) + rest
         return resumed + new
+
+    def _by_size(self, new: list[Session]) -> list[Session]:
+        """`new` in the mode's size order. A session's first prompt and arrival never change, so
+        the same sessions in the same backlog order sort the same: the last sort is reused (the
+        balancer runs whenever the limits move, mostly over an unchanged backlog)."""
+        key = (self.mode, tuple(new))
+        if self._size_order is not None and self._size_order[0] == key:
+            return self._size_order[1]
+        if self.mode == "largest-first":
+            new.sort(key=lambda s: (-s.first_prompt_tokens, s.first_arrival_s))
+        else:
+            new.sort(key=_BY_SIZE)
+        self._size_order = (key, new)
+        return new
 
     def select(self, backlog: Sequence[Session], slots: int, pressure: Pressure,
                ctx: PolicyContext, room_blocks: float = math.inf) -> list[Session]:
@@ -413,7 +443,7 @@ class AimdAdmission(Admission):
         self._to_suspend = set()
         if excess > 0 or extra > 0:
             footprint = footprints(ctx)
-            for s in ws.youngest_first()[:-1]:          # never the oldest: one session always runs
+            for s in ws.youngest_first():          # never the oldest: one session always runs
                 if excess <= 0 and extra <= 0:
                     break
                 self._to_suspend.add(s.session_id)
@@ -433,7 +463,7 @@ class AimdAdmission(Admission):
         state = (self._ticks, len(backlog), len(ws.sessions), ws.blocks, self._pending_blocks,
                  ctx.turn_growth_tokens, len(ctx.sessions))
         if slots > 0 and state != self._fruitless:
-            view = dataclasses.replace(p, budget_blocks=p.budget_blocks - self._pending_blocks)
+            view = p.with_budget(p.budget_blocks - self._pending_blocks)
             room = self.kv_admit_window - ws.blocks if self.config.kv_window else math.inf
             chosen = self.balancer.select(backlog, slots, view, ctx, room)
             self._fruitless = None if chosen else state

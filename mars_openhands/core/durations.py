@@ -154,6 +154,8 @@ class DurationPredictor:
         self._prior = [_lognormal_cdf(t, c.prior_median_s, sigma) for t in self.edges]
         self._hists: dict[_Key, _Histogram] = {}
         self._hint_cache: dict[float, list[float]] = {}
+        #: `cdf_at_edges` results since the last observation (every pin's pricing asks again)
+        self._cdf_cache: dict[tuple[str | None, str | None, float | None], list[float]] = {}
         self._keys: dict[tuple[str, str | None], tuple[_Key, ...]] = {}
 
     # ---- learning ----------------------------------------------------------------------------
@@ -180,6 +182,7 @@ class DurationPredictor:
         if not math.isfinite(seconds) or seconds < 0:
             raise ValueError(f"DurationPredictor.observe: seconds must be finite and >= 0, got {seconds!r}")
         i, cap = self._bin(seconds), self.config.max_samples
+        self._cdf_cache.clear()
         for key in self.keys(tool_name, command):
             h = self._hists.get(key)
             if h is None:
@@ -205,7 +208,11 @@ class DurationPredictor:
 
     def cdf_at_edges(self, tool_name: str | None, command: str | None = None,
                      hint: float | None = None) -> list[float]:
-        """P(duration <= edges[i]) for every edge; `tool_name=None`: no tool known yet (global)."""
+        """P(duration <= edges[i]) for every edge; `tool_name=None`: no tool known yet (global).
+        The list is shared until the next observation: read it, do not change it."""
+        cached = self._cdf_cache.get((tool_name, command, hint))
+        if cached is not None:
+            return cached
         w = self.config.parent_weight
         cdf = self._prior
         keys = self.keys(tool_name, command) if tool_name else (("*",),)
@@ -219,6 +226,9 @@ class DurationPredictor:
             wh = self.config.hint_weight
             n = (self._hists[keys[-1]].n if keys[-1] in self._hists else 0.0) + w + wh
             cdf = [((n - wh) * f + wh * g) / n for f, g in zip(cdf, self._hint_cdf(hint))]
+        if len(self._cdf_cache) >= 1024:
+            self._cdf_cache.clear()
+        self._cdf_cache[(tool_name, command, hint)] = cdf
         return cdf
 
     def cdf(self, tool_name: str | None, command: str | None, t: float,

@@ -125,10 +125,10 @@ class MlfqOrdering(Ordering):
                 ctx: PolicyContext) -> None:
         starts = self._chunk_start
         if starts:
-            top = self._top
-            for req, tokens in scheduled:
-                start = starts.get(req)
-                if (start is not None and req.quantum_left <= tokens and req.level < top
+            top, granted = self._top, dict(scheduled)    # (a few chunks among many decodes)
+            for req, start in starts.items():
+                tokens = granted.get(req)
+                if (tokens is not None and req.quantum_left <= tokens and req.level < top
                         and req.prompt_tokens - start - tokens > 0):
                     req.level += 1
             starts.clear()

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from mars_openhands.core.boundaries import BoundaryInference, HeldEvents, is_inferred
@@ -272,6 +272,12 @@ class Policy:
         self.ctx.now = now
         key, ctx = self.ordering.key, self.ctx
         return lambda r: key(r, ctx)
+
+    def keys(self, requests: Iterable[Request], now: float) -> list[SortKey]:
+        """`sort_key(now)` of each request, in one pass (for an engine that sorts its own objects)."""
+        self.ctx.now = now
+        key, ctx = self.ordering.key, self.ctx
+        return [key(r, ctx) for r in requests]
 
     def order(self, requests: Sequence[Request], now: float) -> list[Request]:
         return sorted(requests, key=self.sort_key(now))

@@ -1,12 +1,14 @@
 """`mars-openhands bench-matrix`: every policy on every cell of a grid, in the simulator.
 
-A cell is a workload family x tool workers x KV capacity x load (see `grid.py`). Per cell the
-trace is generated once (the grid's seed: the same sessions in every cell of a family) at
-``load factor x capacity`` sessions/s, the capacity being the reference host's (`capacity.py`),
-and every policy runs on that same trace. Writes DIR/matrix.json (a list of cells: parameters
-and, per policy, the fields of `simulate`'s summary.json plus its queue waits), DIR/matrix.md
-(regret table, monotonicity check, worst cell) and DIR/heatmap.png; the last line printed names the
-worst cell.
+A cell is a workload family x tool workers x KV capacity x load (see `grid.py`). Per cell and
+trace seed (`--seeds`; default the grid's seed: the same sessions in every cell of a family) the
+trace is generated once at ``load factor x capacity`` sessions/s, the capacity being the reference
+host's (`capacity.py`), and every policy runs on that same trace, and so does the
+clairvoyant-admission bound (`bound.py`). Writes DIR/matrix.json (one entry per cell and seed:
+parameters, per policy the fields of `simulate`'s summary.json plus its queue waits, the bound's,
+and the headroom block: ideal, bound, best baseline, gap MARS captures), DIR/matrix.md (regret
+table over seeds, monotonicity check, worst cell) and DIR/heatmap.png; the last line printed names
+the worst cell by its seed (geometric) mean.
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from typing import Any
 from mars_openhands.core.registry import policy_names
 from mars_openhands.events import Event, PrefillStarted, ToolFinished, TurnSubmitted
 from mars_openhands.matrix import report
+from mars_openhands.matrix.bound import BOUND, clairvoyant_policy
 from mars_openhands.matrix.capacity import host_capacity
 from mars_openhands.matrix.grid import Cell, Grid, GridError, builtin_grid, load_grid
 from mars_openhands.metrics import ideal_mean_e2e, summarize
@@ -73,46 +76,59 @@ def run_cell(cell: Cell, profile_name: str, policies: Sequence[str]) -> dict[str
         n = len(run.sessions)
         results[name] = {**summarize(run), "engine_wait_s": round(waits.engine_s / n, 4),
                          "tool_wait_s": round(waits.tool_s / n, 4)}
-    return {**dataclasses.asdict(cell), "id": cell.id, "profile": profile_name, "kv_blocks": kv_blocks,
-            "rate_sps": round(rate, 6), "reference_capacity_sps": round(ref.sps, 6),
-            "reference_bottleneck": ref.bottleneck, "host_capacity_sps": round(own.sps, 6),
-            "host_bottleneck": own.bottleneck, "offered_load": round(rate / own.sps, 4),
-            "llm_calls": sum(len(s.turns) for s in sessions), "ideal_mean_e2e_s": ideal,
-            "wall_s": round(time.perf_counter() - t0, 2), "policies": results}
+    bound = run_simulation(sessions, profile, BOUND, tool_workers=cell.tool_workers, kv_blocks=kv_blocks,
+                           make_policy=clairvoyant_policy(sessions, profile))
+    entry = {"name": cell.id, **dataclasses.asdict(cell), "profile": profile_name, "kv_blocks": kv_blocks,
+             "rate_sps": round(rate, 6), "reference_capacity_sps": round(ref.sps, 6),
+             "reference_bottleneck": ref.bottleneck, "host_capacity_sps": round(own.sps, 6),
+             "host_bottleneck": own.bottleneck, "offered_load": round(rate / own.sps, 4),
+             "llm_calls": sum(len(s.turns) for s in sessions), "ideal_mean_e2e_s": ideal,
+             "policies": results, "bound": {"policy": BOUND, **summarize(bound)}}
+    return {**entry, "headroom": report.headroom(entry), "wall_s": round(time.perf_counter() - t0, 2)}
 
 
-def check_fits(grid: Grid) -> None:
+def seeded(grid: Grid, seeds: Sequence[int] | None) -> list[Cell]:
+    """The grid's cells once per seed (cell-major; None: at the grid's own seed)."""
+    if seeds is None:
+        return list(grid.cells)
+    return [dataclasses.replace(cell, seed=s) for cell in grid.cells for s in seeds]
+
+
+def check_fits(grid: Grid, cells: Sequence[Cell] | None = None) -> None:
     """Every cell's longest turn fits its KV cache (the simulator refuses it otherwise): fail before
-    running anything, naming the cell."""
+    running anything, naming the cell (and the seed, if not the grid's)."""
     profile = get_profile(grid.profile)
     longest: dict[tuple[str, int, int], int] = {}
-    for cell in grid.cells:
+    for cell in grid.cells if cells is None else cells:
         key = (cell.family, cell.sessions, cell.seed)
         if key not in longest:
             sessions = family_sessions(cell.family, cell.sessions, rate=1.0, seed=cell.seed)
             longest[key] = max(t.input_tokens + t.output_tokens for s in sessions for t in s.turns)
         tokens = max(1, round(profile.kv_blocks * cell.kv_multiplier)) * profile.block_size
         if longest[key] > tokens:
-            raise GridError(f"{grid.name}: cell {cell.id}: a turn of {longest[key]:,} tokens does not fit "
+            seed = f" seed {cell.seed}" if cell.seed != grid.seed else ""
+            raise GridError(f"{grid.name}: cell {cell.id}{seed}: a turn of {longest[key]:,} tokens does not fit "
                             f"in {tokens:,} KV tokens (kv.{cell.kv} = {cell.kv_multiplier:g}); raise it")
 
 
-def _run_all(grid: Grid, policies: Sequence[str], jobs: int,
+def _run_all(cells: Sequence[Cell], profile: str, policies: Sequence[str], jobs: int,
              done: Callable[[int, dict[str, Any]], None]) -> None:
     if jobs == 1:
-        for i, cell in enumerate(grid.cells):
-            done(i, run_cell(cell, grid.profile, policies))
+        for i, cell in enumerate(cells):
+            done(i, run_cell(cell, profile, policies))
         return
     with ProcessPoolExecutor(max_workers=jobs) as pool:
-        futures = {pool.submit(run_cell, cell, grid.profile, policies): i for i, cell in enumerate(grid.cells)}
+        futures = {pool.submit(run_cell, cell, profile, policies): i for i, cell in enumerate(cells)}
         for fut in as_completed(futures):
             done(futures[fut], fut.result())
 
 
 def run_matrix(grid: Grid, policies: Sequence[str], out: Path, *, jobs: int = 1,
-               log: Callable[[str], None] = print) -> list[dict[str, Any]]:
-    """Run the grid; matrix.json is rewritten after every cell (a stopped run keeps what finished)."""
-    slots: list[dict[str, Any] | None] = [None] * len(grid.cells)
+               seeds: Sequence[int] | None = None, log: Callable[[str], None] = print) -> list[dict[str, Any]]:
+    """Run the grid once per seed; matrix.json is rewritten after every cell (a stopped run keeps
+    what finished)."""
+    cells = seeded(grid, seeds)
+    slots: list[dict[str, Any] | None] = [None] * len(cells)
     t0, count = time.perf_counter(), 0
 
     def done(i: int, cell: dict[str, Any]) -> None:
@@ -122,7 +138,7 @@ def run_matrix(grid: Grid, policies: Sequence[str], out: Path, *, jobs: int = 1,
         log(f"[{count}/{len(slots)}] {report.cell_line(cell)}  ({cell['wall_s']:.0f} s, "
             f"{time.perf_counter() - t0:.0f} s elapsed)")
 
-    _run_all(grid, policies, jobs, done)
+    _run_all(cells, grid.profile, policies, jobs, done)
     return [c for c in slots if c is not None]
 
 
@@ -148,6 +164,20 @@ def _policies(text: str | None) -> list[str]:
     return names
 
 
+def _seeds(text: str | None) -> list[int] | None:
+    if text is None:
+        return None
+    try:
+        seeds = [int(t) for t in text.split(",")]
+    except ValueError:
+        seeds = []
+    if not seeds or min(seeds) < 0:
+        raise GridError(f"--seeds: expected comma-separated integers >= 0, got {text!r}")
+    if len(set(seeds)) != len(seeds):
+        raise GridError(f"--seeds: a seed is named twice in {text!r}")
+    return seeds
+
+
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -157,6 +187,8 @@ def _parser() -> argparse.ArgumentParser:
                        help="a grid TOML file (default: the built-in full grid)")
     ap.add_argument("--policies", metavar="A,B,...",
                     help="comma-separated; must include mars (default: mars and every registered baseline)")
+    ap.add_argument("--seeds", metavar="S1,S2,...",
+                    help="trace seeds: every cell runs once per seed (default: the grid's own seed)")
     ap.add_argument("--jobs", type=int, default=1, metavar="N", help="cells run in parallel processes (default 1)")
     ap.add_argument("--out", type=Path, required=True, metavar="DIR", help="output directory")
     return ap
@@ -170,7 +202,8 @@ def main(argv: Iterable[str] | None = None) -> int:
     try:
         grid = load_grid(args.grid if args.grid else builtin_grid("quick" if args.quick else "full"))
         policies = _policies(args.policies)
-        check_fits(grid)
+        seeds = _seeds(args.seeds)
+        check_fits(grid, seeded(grid, seeds))
         args.out.mkdir(parents=True, exist_ok=True)
     except GridError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
@@ -178,16 +211,19 @@ def main(argv: Iterable[str] | None = None) -> int:
     except OSError as e:
         print(f"{PROG}: error: --out: cannot create {args.out}: {e.strerror or e}", file=sys.stderr)
         return 2
-    print(f"{grid.name}: {len(grid.cells)} cells x {len(policies)} policies ({', '.join(policies)}), "
-          f"profile {grid.profile}, {args.jobs} job(s), load average {os.getloadavg()[0]:.2f}", flush=True)
+    print(f"{grid.name}: {len(grid.cells)} cells x {len(seeds or [grid.seed])} seed(s) "
+          f"({', '.join(map(str, seeds or [grid.seed]))}) x {len(policies)} policies ({', '.join(policies)}) "
+          f"+ the clairvoyant bound, profile {grid.profile}, {args.jobs} job(s), "
+          f"load average {os.getloadavg()[0]:.2f}", flush=True)
     t0 = time.perf_counter()
     try:
-        cells = run_matrix(grid, policies, args.out, jobs=args.jobs, log=lambda s: print(s, flush=True))
+        cells = run_matrix(grid, policies, args.out, jobs=args.jobs, seeds=seeds,
+                           log=lambda s: print(s, flush=True))
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted; finished cells are in {args.out / 'matrix.json'}", file=sys.stderr)
         return 130
     text = report.write(cells, args.out)
-    print(f"\n{text}\n\n{len(cells)} cells in {time.perf_counter() - t0:.0f} s "
+    print(f"\n{text}\n\n{len(cells)} cell runs in {time.perf_counter() - t0:.0f} s "
           f"(load average {os.getloadavg()[0]:.2f}); {args.out / 'matrix.json'}, {args.out / 'heatmap.png'}")
     print(report.worst_line(cells))
     return 0

@@ -267,9 +267,9 @@ class Engine:
         chosen = pol.admit(self._backlog_core, self.now)
         if not chosen:
             return
-        self._backlog_core = None
         ids = {c.session_id for c in chosen}
         keep = []
+        self._backlog_core = [c for c in self._backlog_core if c is None or c.session_id not in ids]
         for s in backlog:
             if s.sid in ids:
                 r, s.parked = s.parked, None
@@ -301,7 +301,8 @@ class Engine:
         if parked:
             s.parked = r
             self.backlog.append(s)
-            self._backlog_core = None
+            if self._backlog_core is not None:
+                self._backlog_core.append(pol.session(s.sid))
         else:
             self.scheduler.add(r, now)
 

@@ -66,7 +66,9 @@ class PinKeeper:
                     counts[x] = counts.get(x, 0) + 1
         blocks = 0
         for ch, pinned in by_chain.items():
-            others = max((x for x, c in ch.holders.items() if c > pinned.get(x, 0)), default=0)
+            holders = ch.holders
+            others = 0 if holders == pinned else max(
+                (x for x, c in holders.items() if c > pinned.get(x, 0)), default=0)
             if ch.ref_hi > others:
                 blocks += ch.ref_hi - others
         return blocks

@@ -4,6 +4,7 @@ from __future__ import annotations
 import gc
 from collections.abc import Callable, Sequence
 
+from mars_openhands.core.policy import Policy
 from mars_openhands.core.registry import EngineShape, build_policy
 from mars_openhands.events import Event
 from mars_openhands.results import RunResult, SessionResult
@@ -43,12 +44,14 @@ def run_simulation(sessions: Sequence[SessionTrace], profile: Profile | str, pol
                    tool_workers: int | None = None, kv_blocks: int | None = None,
                    progress: Callable[[int, int], None] | None = None,
                    on_event: Callable[[Event], None] | None = None,
-                   check: bool = False) -> RunResult:
+                   check: bool = False,
+                   make_policy: Callable[[EngineShape], Policy] | None = None) -> RunResult:
     """Simulate `policy_name` serving `sessions` on `profile`; deterministic for a given input.
 
     `tool_workers` / `kv_blocks` override the profile's; `progress(done, total)` is called as
     sessions complete; `on_event` sees every event the policy sees (tests, recorders);
-    `check` verifies the KV invariants after every step (slow; tests).
+    `check` verifies the KV invariants after every step (slow; tests); `make_policy` builds a
+    policy that is not in the registry (a bound), `policy_name` then only labels the result.
     """
     prof = get_profile(profile)
     if not sessions:
@@ -60,7 +63,8 @@ def run_simulation(sessions: Sequence[SessionTrace], profile: Profile | str, pol
     if blocks < 1:
         raise ValueError(f"kv_blocks must be >= 1, got {blocks}")
     ordered = sorted(sessions, key=lambda s: (s.arrival_s, s.session_id))
-    policy = build_policy(policy_name, EngineShape(blocks, prof.block_size, workers))
+    shape = EngineShape(blocks, prof.block_size, workers)
+    policy = make_policy(shape) if make_policy is not None else build_policy(policy_name, shape)
     engine = Engine(ordered, prof, policy, tool_workers=workers, kv_blocks=blocks, progress=progress,
                     on_event=on_event, check=check)
     # The engine allocates millions of short-lived objects and builds no garbage cycles worth

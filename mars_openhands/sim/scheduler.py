@@ -110,7 +110,7 @@ class Scheduler:
             decode_only = len(running) <= budget
             if decode_only:
                 grow = 0
-                for r in running:
+                for r in reversed(running):     # (calls still prefilling joined last: found sooner)
                     c = r.c
                     if c < r.req.prompt_tokens or c != r.req.prompt_tokens + r.req.output_tokens - 1:
                         decode_only = False
@@ -146,7 +146,10 @@ class Scheduler:
 
     def _schedule_running(self, budget: int, sched: dict, gone: set, now: float) -> int:
         pol, pool, bs, by_req = self.policy, self.pool, self.bs, self.by_req
-        ordered = [by_req[q] for q in pol.order([r.req for r in self.running], now)]
+        # `Policy.order`, on the engine's objects: a stable sort by the policy's key
+        running = self.running
+        keys = pol.keys([r.req for r in running], now)
+        ordered = [running[i] for i in sorted(range(len(running)), key=keys.__getitem__)]
         # Blocks are taken from the free queue's head in one go: nothing here reads the queue or
         # adds to its head in between (releases append), so the same blocks go as one by one.
         pending = 0

@@ -76,8 +76,7 @@ class WaitingQueue:
             self.items = sorted(items, key=lambda r: key(r.req))
             self.version += 1
         elif self._keys is None or now >= self._sorted_at + REORDER_S:
-            key = self.policy.sort_key(now)
-            keys = [key(r.req) for r in items]
+            keys = self.policy.keys([r.req for r in items], now)
             idx = sorted(range(len(items)), key=keys.__getitem__)
             self.items = [items[i] for i in idx]
             self._keys = [keys[i] for i in idx]

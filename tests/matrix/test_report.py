@@ -10,7 +10,7 @@ def pol(mean, p95, preempt=0, wait=0.0):
 
 
 def cell(family="swe", workers=8, kv="nominal", kvm=1.0, load="moderate", **pols):
-    return {"id": f"{family}/w{workers}/kv-{kv}/{load}", "family": family, "tool_workers": workers,
+    return {"name": f"{family}/w{workers}/kv-{kv}/{load}", "family": family, "tool_workers": workers,
             "kv": kv, "kv_multiplier": kvm, "load": load, "sessions": 10, "seed": 1, "profile": "p",
             "rate_sps": 0.1, "offered_load": 0.5, "llm_calls": 400, "policies": pols}
 
@@ -52,7 +52,7 @@ def test_worst_cell_is_the_lowest_of_either_ratio():
     a = cell(family="swe", fcfs=pol(100, 100), mars=pol(90, 90))             # 1.11 / 1.11
     b = cell(family="chatty", fcfs=pol(100, 100), mars=pol(80, 125))          # 1.25 / 0.80
     c = cell(family="mix", fcfs=pol(100, 100), mars=pol(110, 100))            # 0.91 / 1.00
-    assert report.worst_cell([a, b, c]) is b
+    assert report.worst_cell([a, b, c]).entries == (b,)
     line = report.worst_line([a, b, c])
     assert line.startswith("worst cell: chatty/w8/kv-nominal/moderate") and "0.80x p95 vs fcfs" in line
 

@@ -35,7 +35,7 @@ def test_tiny_grid_writes_matrix_json_table_heatmap_and_names_the_worst_cell(tin
     out = tiny / "out"
     assert run.main(["--grid", str(tiny / "tiny.toml"), "--policies", "fcfs,mars", "--out", str(out)]) == 0
     cells = json.loads((out / "matrix.json").read_text())
-    assert [c["id"] for c in cells] == ["swe/w4/kv-nominal/overloaded", "swe/w64/kv-nominal/overloaded"]
+    assert [c["name"] for c in cells] == ["swe/w4/kv-nominal/overloaded", "swe/w64/kv-nominal/overloaded"]
     for c in cells:
         assert (c["family"], c["kv"], c["load"], c["sessions"], c["seed"]) == ("swe", "nominal", "overloaded", 3, 2)
         assert c["rate_sps"] == pytest.approx(3.0 * c["reference_capacity_sps"], rel=1e-4)
