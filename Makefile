@@ -131,19 +131,19 @@ bench-engine: setup-engine models/small/.done
 clean:
 	rm -rf $(VENV) $(AGENT_VENV) $(AGENT_LATEST_VENV) $(APP_VENV) build *.egg-info .pytest_cache
 
-# The bundled offline SWE-bench task repo (evaluation/swebench): validated and compiled with
+# The bundled offline SWE-bench task repo (evaluation/swebench/data, code in evaluation/swebench/taskrepo): validated and compiled with
 # swebench's own CLI, graded on the host with swebench's grading functions.
-SWEBENCH_TASKS := evaluation/swebench
+SWEBENCH_TASKS := evaluation/swebench/data
 SWEBENCH_OUT ?= out/swebench
 .PHONY: swebench-dataset swebench-gold
 swebench-dataset: setup-agent
-	$(AGENT_PY) -m evaluation.swebench.render --check
+	$(AGENT_PY) -m evaluation.swebench.taskrepo.render --check
 	HF_HUB_OFFLINE=1 $(AGENT_VENV)/bin/swebench dataset check $(SWEBENCH_TASKS)
-	$(AGENT_PY) -m evaluation.swebench.validate
+	$(AGENT_PY) -m evaluation.swebench.taskrepo.validate
 	HF_HUB_OFFLINE=1 $(AGENT_VENV)/bin/swebench dataset build $(SWEBENCH_TASKS) -o $(SWEBENCH_OUT)
 
 swebench-gold: setup-agent
-	$(AGENT_PY) -m evaluation.swebench.evaluate --predictions gold --run-id gold \
+	$(AGENT_PY) -m evaluation.swebench.grading.evaluate --predictions gold --run-id gold \
 		--log-root $(SWEBENCH_OUT)/logs --report-dir $(SWEBENCH_OUT) --workers 2
 
 # SWE-bench through OpenHands agents on a MARS-scheduled vLLM engine (evaluation/swebench/run.py).
@@ -163,7 +163,7 @@ MARS_CONFIG ?=
 MODE ?=
 PREDICTIONS ?=
 REPO_SOURCES ?=
-LOCAL_INSTANCES := @evaluation/swebench/instances/lite-10.txt
+LOCAL_INSTANCES := @evaluation/swebench/data/instances/lite-10.txt
 .PHONY: swebench-run demo demo-real swebench-specs
 swebench-run: setup models/tiny/.done
 	$(AGENT_PY) -m evaluation.swebench.run --dataset "$(DATASET)" --split "$(SPLIT)" \
@@ -173,7 +173,7 @@ swebench-run: setup models/tiny/.done
 		$(if $(PREDICTIONS),--predictions $(PREDICTIONS)) $(foreach s,$(REPO_SOURCES),--repo-source=$(s))
 
 swebench-specs: setup-agent
-	$(AGENT_PY) -c "from evaluation.swebench import specs; print(specs.load_tables().source)"
+	$(AGENT_PY) -c "from evaluation.swebench.workspaces import specs; print(specs.load_tables().source)"
 
 # MARS vs FCFS with K concurrent agents on real instances (evaluation/swebench/demo.py --mode local).
 demo-real: setup models/tiny/.done

@@ -34,10 +34,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from evaluation.swebench.engine_proc import REPO
+from evaluation.swebench.runs.engine_proc import REPO
 
 if TYPE_CHECKING:
-    from evaluation.swebench.local_harness import LocalBackend
+    from evaluation.swebench.workspaces.local_harness import LocalBackend
 
 DEFAULT_POLICIES = "mars,fcfs"
 REAL_INSTANCES = REPO / "evaluation" / "swebench" / "instances" / "lite-10.txt"
@@ -84,9 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
 def preflight_local(args: argparse.Namespace) -> tuple[list[str], LocalBackend]:
     """Every problem with the local demo's inputs at once (UsageError), else the ids and the backend."""
     from evaluation.swebench import run as swe_run
-    from evaluation.swebench import specs
-    from evaluation.swebench.local_env import EnvError
-    from evaluation.swebench.sources import SourceError
+    from evaluation.swebench.workspaces import specs
+    from evaluation.swebench.workspaces.local_env import EnvError
+    from evaluation.swebench.workspaces.sources import SourceError
 
     problems: list[str] = []
     dataset = args.dataset or os.environ.get(swe_run.DATASET_ENV, "")

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol
 
-from evaluation.swebench import patches
+from evaluation.swebench.grading import patches
 from evaluation.swebench.records import JSONDict, RecordError, SweInstance
 
 OFFLINE, FULL, AUTO, LOCAL = "offline", "full", "auto", "local"
@@ -45,7 +45,7 @@ class OfflineBackend:
         self.grading = grade
 
     def create_workspace(self, instance: SweInstance, scratch: Path | None) -> Path:
-        from evaluation.swebench.workspace import create_workspace
+        from evaluation.swebench.workspaces.workspace import create_workspace
 
         ws = create_workspace(instance, parent=scratch)
         patches.ignore_build_droppings(ws)
@@ -72,14 +72,14 @@ class OfflineBackend:
     def grade(self, instance: SweInstance, patch: str, log_dir: Path) -> JSONDict | None:
         if not self.grading:
             return None
-        from evaluation.swebench.grading import grade
+        from evaluation.swebench.grading.grading import grade
 
         return grade(instance, patch, log_dir=log_dir, python=self.python,
                      timeout=self.grade_timeout_s).to_json()
 
     def stop(self) -> None:
         """Ctrl-C: kill the eval scripts being graded (they run in their own sessions)."""
-        from evaluation.swebench.grading import kill_running_evals
+        from evaluation.swebench.grading.grading import kill_running_evals
 
         kill_running_evals()
 

@@ -31,11 +31,12 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from evaluation.swebench import modes, specs
-from evaluation.swebench.driver import MODEL, ORACLE, Backend, Driver, DriverConfig, RunSummary, on_signals
-from evaluation.swebench.engine_proc import REPO, EngineProcess, EngineStartError
-from evaluation.swebench.oracle import ORACLE_LABEL
+from evaluation.swebench import modes
+from evaluation.swebench.agents.oracle import ORACLE_LABEL
 from evaluation.swebench.records import SweInstance
+from evaluation.swebench.runs.driver import MODEL, ORACLE, Backend, Driver, DriverConfig, RunSummary, on_signals
+from evaluation.swebench.runs.engine_proc import REPO, EngineProcess, EngineStartError
+from evaluation.swebench.workspaces import specs
 from mars_openhands.openhands.config import (
     AgentConfig,
     ConfigError,
@@ -47,7 +48,7 @@ from mars_openhands.openhands.config import (
 )
 
 if TYPE_CHECKING:
-    from evaluation.swebench.local_harness import LocalBackend
+    from evaluation.swebench.workspaces.local_harness import LocalBackend
 
 OFFLINE_DATASETS = ("marsbench/SWE-bench_offline", "offline", "")
 DATASET_ENV = "SWEBENCH_DATASET"
@@ -141,7 +142,7 @@ def agent_config(args: argparse.Namespace, cfg: MarsConfig | None, engine_url: s
 
 
 def _offline_instances(args: argparse.Namespace, ids: list[str] | None) -> list[SweInstance]:
-    from evaluation.swebench.tasks import TASK_REPO, load_instances
+    from evaluation.swebench.taskrepo.tasks import TASK_REPO, load_instances
 
     if args.dataset not in OFFLINE_DATASETS and Path(args.dataset).resolve() != TASK_REPO:
         raise UsageError(f"--dataset {args.dataset!r}: offline mode runs the bundled task repo only "
@@ -154,9 +155,9 @@ def _offline_instances(args: argparse.Namespace, ids: list[str] | None) -> list[
 
 def _local(args: argparse.Namespace, ids: list[str] | None) -> tuple[list[SweInstance], LocalBackend]:
     """Real instances from a dataset file and the local backend (sources, env cache, specs)."""
-    from evaluation.swebench.local_env import EnvCache
-    from evaluation.swebench.local_harness import LocalBackend  # noqa: F811 - the runtime import
-    from evaluation.swebench.sources import RepoSources
+    from evaluation.swebench.workspaces.local_env import EnvCache
+    from evaluation.swebench.workspaces.local_harness import LocalBackend  # noqa: F811 - the runtime import
+    from evaluation.swebench.workspaces.sources import RepoSources
 
     dataset = args.dataset or os.environ.get(DATASET_ENV, "")
     if not dataset:
@@ -176,8 +177,8 @@ def _local(args: argparse.Namespace, ids: list[str] | None) -> tuple[list[SweIns
 
 def _grade_local(args: argparse.Namespace, instances: list[SweInstance], backend: LocalBackend) -> int:
     """`--predictions`: grade gold, empty or given patches of real instances (no engine, no agents)."""
-    from evaluation.swebench.evaluate import load_predictions, summarize
-    from evaluation.swebench.local_harness import counts, grade_all
+    from evaluation.swebench.grading.evaluate import load_predictions, summarize
+    from evaluation.swebench.workspaces.local_harness import counts, grade_all
 
     if args.predictions in ("gold", "empty"):
         patches: dict[str, str | None] = {i.instance_id: i.patch if args.predictions == "gold" else ""
@@ -218,8 +219,8 @@ def _print_summary(summary: RunSummary, total: int) -> None:
 
 def environment_errors(run_dir: Path) -> dict[str, str]:
     """Instances whose grading failed for the environment (e.g. tests that need the network)."""
-    from evaluation.swebench.local_harness import ENVIRONMENT_ERROR
-    from evaluation.swebench.outputs import RunFiles
+    from evaluation.swebench.runs.outputs import RunFiles
+    from evaluation.swebench.workspaces.local_harness import ENVIRONMENT_ERROR
 
     return {r.instance_id: str(r.report.get("error")) for r in RunFiles(run_dir).records()
             if r.report and str(r.report.get("error") or "").startswith(ENVIRONMENT_ERROR)}

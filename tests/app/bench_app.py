@@ -78,7 +78,7 @@ def _check(hist: dict[str, Any], turns: int) -> tuple[float, str | None]:
 
 
 def run_policy(policy: str, args: argparse.Namespace, out: Path) -> dict[str, Any]:
-    from evaluation.swebench.engine_proc import EngineProcess
+    from evaluation.swebench.runs.engine_proc import EngineProcess
 
     out.mkdir(parents=True, exist_ok=True)
     script = [terminal(f"sleep {args.tool_s:g}; echo {k} >> steps.txt") for k in range(args.turns)]

@@ -75,7 +75,7 @@ def check_history(hist: dict, session_id: str) -> None:
 def test_app_runs_concurrent_conversations_on_the_mars_engine(tmp_path):
     if not (REPO / ".venv" / "bin" / "python").exists() or not (TINY_MODEL / "config.json").exists():
         pytest.skip("needs the engine environment and the tiny model (make setup-engine model)")
-    from evaluation.swebench.engine_proc import EngineProcess
+    from evaluation.swebench.runs.engine_proc import EngineProcess
 
     with EngineProcess("mars", TINY_MODEL, tmp_path / "engine.log", extra_args=ENGINE_ARGS) as engine, \
             SessionScriptedLLM(SCRIPT, upstream=engine.url) as llm, \

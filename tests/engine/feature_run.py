@@ -15,6 +15,7 @@ os.environ.setdefault("MARS_TOOL_WORKERS", "2")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from engine.conformance import check_no_leak, check_output, check_state  # noqa: E402
+
 from mars_openhands.events import SessionEnded, ToolFinished, ToolStarted  # noqa: E402
 from mars_openhands.vllm.scheduler_path import scheduler_class_path  # noqa: E402
 

@@ -1,0 +1,1 @@
+"""Grading predictions on the host with swebench's own functions, and the patches they grade."""

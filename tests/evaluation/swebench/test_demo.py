@@ -1,0 +1,70 @@
+"""The demo's per-mode settings reach every policy's run: the real-instance demo's engine gets the
+16k context and the KV cache sized for it; the offline demo keeps the model's context."""
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from tests.evaluation.swebench.workspaces.test_local_harness import source  # noqa: F401 - a fixture
+
+pytestmark = pytest.mark.agent
+
+
+def _value(argv: list[str], flag: str) -> str:
+    return argv[argv.index(flag) + 1]
+
+
+def test_each_policy_runs_with_its_modes_setting(monkeypatch, tmp_path):
+    from evaluation.swebench import demo
+    from evaluation.swebench import run as swe_run
+    from mars_openhands import report
+
+    runs: list[list[str]] = []
+    monkeypatch.setattr(swe_run, "main", lambda argv: runs.append(argv) or 0)
+    monkeypatch.setattr(report, "main", lambda argv: 0)
+    backend = SimpleNamespace(cache=SimpleNamespace(root=tmp_path / "cache"),
+                              sources=SimpleNamespace(local={"o/r": Path("/src/r")}))
+    monkeypatch.setattr(demo, "preflight_local", lambda args: (["o__r-1", "o__r-2"], backend))
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+
+    assert demo.main(["--mode", "local", "--model", str(model), "--out", str(tmp_path / "real")]) == 0
+    assert [_value(a, "--policy") for a in runs] == ["mars", "fcfs"]
+    for argv in runs:
+        assert "--engine-arg=--max-model-len=16384" in argv
+        assert (_value(argv, "--workers"), _value(argv, "--kv-cache-bytes")) == ("5", "48000000")
+        assert _value(argv, "--instances") == "o__r-1,o__r-2" and "--repo-source=o/r=/src/r" in argv
+
+    runs.clear()
+    assert demo.main(["--model", str(model), "--out", str(tmp_path / "offline"), "--policies", "mars",
+                      "--workers", "3"]) == 0
+    (argv,) = runs
+    assert not any(a.startswith("--engine-arg=--max-model-len") for a in argv)
+    assert (_value(argv, "--workers"), _value(argv, "--kv-cache-bytes")) == ("3", "96000000")
+
+
+def test_a_source_that_cannot_give_the_environment_stops_the_demo_with_its_name(monkeypatch, capsys, tmp_path,
+                                                                                 source):  # noqa: F811
+    import json
+
+    from evaluation.swebench import demo
+    from evaluation.swebench.workspaces import specs
+    from tests.evaluation.swebench.test_run_ctrl_c import _specs_wheel
+    from tests.evaluation.swebench.workspaces.test_local_harness import HOST_PTH, REPO, _instance
+
+    monkeypatch.setenv(specs.SPECS_ENV, str(_specs_wheel(tmp_path / "swebench-4.1.0-py3-none-any.whl", [HOST_PTH])))
+    data = tmp_path / "lite.jsonl"
+    data.write_text(json.dumps(_instance(source[2], source[1]).to_dict()) + "\n")
+    (tmp_path / "not-a-clone").mkdir()
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    assert demo.main(["--mode", "local", "--model", str(model), "--dataset", str(data), "--instances",
+                      "psf__requests-9999", "--repo-source", f"{REPO}={tmp_path / 'not-a-clone'}",
+                      "--env-cache", str(tmp_path / "c"), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "demo-real cannot start: the environment of psf__requests-9999" in err and "psf/requests" in err
+    assert not (tmp_path / "o").exists()
