@@ -60,6 +60,9 @@ PREFILL_START_EMA = 0.2
 #: EMA weight of the per-turn context growth (as for the other EMAs of the information stream).
 GROWTH_EMA = 0.2
 
+#: EMA weight of the measured prefill rate (tokens/s) an engine feeds `Policy.observe_prefill`.
+PREFILL_RATE_EMA = 0.2
+
 
 @dataclass(slots=True)
 class FinishDecision:
@@ -334,7 +337,7 @@ class Policy:
                 req.preempted_s = -1.0
         self.ordering.on_step(scheduled, waiting, ctx)
 
-    def observe_prefill(self, tokens: int, seconds: float, alpha: float = 0.2) -> None:
+    def observe_prefill(self, tokens: int, seconds: float, alpha: float = PREFILL_RATE_EMA) -> None:
         """Feed a measured prefill (tokens computed in `seconds`) into the prefill-rate EMA."""
         if tokens > 0 and seconds > 0:
             self.ctx.prefill_tps += alpha * (tokens / seconds - self.ctx.prefill_tps)

@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import cast
 
-from mars_openhands.core.model import Pin, Request
+from mars_openhands.core.model import TOOL_WAIT_EMA, Pin, Request
 from mars_openhands.core.policy import Policy
 from mars_openhands.events import (
     CpuTelemetry,
@@ -339,7 +339,7 @@ class Engine:
 
     def _start_tools(self, jobs: list[ToolJob]) -> None:
         for j in jobs:
-            self.ema_tool_wait += 0.2 * ((j.started_s - j.submitted_s) - self.ema_tool_wait)
+            self.ema_tool_wait += TOOL_WAIT_EMA * ((j.started_s - j.submitted_s) - self.ema_tool_wait)
             self.events.push(j.started_s + j.duration_s, TOOL_DONE, j)
         tp = self.tools
         self._emit(CpuTelemetry(self.now, tp.in_flight, tp.workers, self.ema_tool_wait, tp.queued))
