@@ -212,7 +212,7 @@ class Engine:
         if self._ticks and now >= pol.next_tick_s:
             revocable = self.pins.revocable_blocks() if self.pins.pins else 0
         demand_blocks = -(-self.scheduler.waiting.demand_tokens // self.bs)
-        pol.observe_kv(self.pool.free, demand_blocks, self.scheduler.prefill_start_latency, revocable)
+        pol.observe_kv(self.pool.free, demand_blocks, revocable)
 
     def _horizon(self) -> float:
         """Where a decode fast-forward must stop: the next event, admission tick or re-order."""
