@@ -68,6 +68,7 @@ def add_workload_source(p: argparse.ArgumentParser) -> None:
 def add_synthetic_args(p: argparse.ArgumentParser) -> None:
     """The synthetic generator's knobs (read back by `synthetic_config`)."""
     from mars_openhands.workload.families import FAMILIES
+    from mars_openhands.workload.synthetic import TOOL_MIX
     g = p.add_argument_group("synthetic workload (see mars_openhands/workload/synthetic.py)")
     g.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     g.add_argument("--family", choices=list(FAMILIES), default=None,
@@ -81,8 +82,8 @@ def add_synthetic_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--context-scale", type=positive(float), default=1.0, help="scale every token count")
     g.add_argument("--max-context", type=positive(int), default=92_000,
                    help="condense history past this many tokens (default 92000)")
-    g.add_argument("--tool-mix", type=float_list(3), default=(0.73, 0.22, 0.05),
-                   help="fast,medium,slow tool-call shares (default 0.73,0.22,0.05)")
+    g.add_argument("--tool-mix", type=float_list(3), default=TOOL_MIX,
+                   help=f"fast,medium,slow tool-call shares (default {','.join(map(str, TOOL_MIX))})")
     g.add_argument("--tool-time-scale", type=positive(float), default=1.0, help="scale every tool duration")
 
 

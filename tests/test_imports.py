@@ -1,7 +1,8 @@
 """Imports point from the edges towards the core: each part imports only the parts its row allows.
 
 Units are the top-level packages `runtime_patches` and `evaluation`, and each first-level module or
-subpackage of `mars_openhands`. Every import counts, including those inside functions.
+subpackage of `mars_openhands`. Every import counts, including those inside functions. Inside and
+across units, no two `mars_openhands` modules may import each other, directly or in a circle.
 """
 from __future__ import annotations
 
@@ -25,20 +26,21 @@ ALLOWED: dict[str, set[str]] = {
     "mars_openhands.events": set(),
     "mars_openhands.results": set(),
     "mars_openhands.stopping": set(),
+    "mars_openhands.procs": set(),
     "mars_openhands.core": _mars("events"),
     "mars_openhands.workload": _mars("events"),
     "mars_openhands.metrics": _mars("results"),
     "mars_openhands.plots": _mars("results", "metrics"),
     "mars_openhands.sim": _mars("core", "events", "results", "metrics", "workload"),
-    "mars_openhands.vllm": _mars("core", "events", "stopping"),
+    "mars_openhands.vllm": _mars("core", "events", "procs", "stopping"),
     "mars_openhands.openhands": _mars("events", "workload"),
     "mars_openhands.cli_args": _mars("core", "workload"),
-    "mars_openhands.replay": _mars("cli_args", "cluster", "core", "events", "metrics", "plots", "results", "sim",
-                                   "workload"),
+    "mars_openhands.replay": _mars("cli_args", "cluster", "core", "events", "metrics", "plots", "procs", "results",
+                                   "sim", "vllm", "workload"),
     "mars_openhands.matrix": _mars("cli_args", "core", "events", "metrics", "plots", "results", "sim", "workload"),
     "mars_openhands.report": _mars("metrics", "openhands", "plots", "results", "sim", "workload"),
     "mars_openhands.cli": _mars("cli_args", "core", "matrix", "metrics", "plots", "results", "sim", "workload"),
-    "mars_openhands.cluster": _mars("core", "stopping"),
+    "mars_openhands.cluster": _mars("core", "procs", "stopping", "vllm"),
     # the edges: patches build on the OpenHands integration; the evaluation may use anything
     "runtime_patches": _mars("openhands"),
     "evaluation": {"runtime_patches"},
@@ -102,6 +104,22 @@ def violations() -> list[str]:
     return found
 
 
+def module_graph() -> dict[str, set[str]]:
+    """`mars_openhands` module -> the `mars_openhands` modules it imports (every import counts)."""
+    modules = project_modules()
+    return {m: {t for t, _ in imports_of(m, p) if t in modules and t != m and t.startswith("mars_openhands.")}
+            for m, p in modules.items() if m.startswith("mars_openhands")}
+
+
+def import_cycle() -> list[str]:
+    """One circle of modules importing each other (first = last), [] when there is none."""
+    try:
+        TopologicalSorter(module_graph()).prepare()
+    except CycleError as e:
+        return list(e.args[1])
+    return []
+
+
 def test_every_unit_has_a_row():
     units = {unit_of(m) for m in project_modules()}
     assert units - set(ALLOWED) == set(), "place the new part in ALLOWED"
@@ -118,6 +136,22 @@ def test_the_table_has_no_cycle():
     except CycleError as e:
         pytest.fail(f"allowed imports form a cycle: {e.args[1]}")
     assert order.index("mars_openhands.core") < order.index("mars_openhands.sim") < order.index("evaluation")
+
+
+def test_no_modules_import_each_other():
+    assert import_cycle() == []
+
+
+def test_an_import_cycle_is_reported(tmp_path, monkeypatch):
+    """The scan itself: a circle closed by an import inside a function is caught."""
+    pkg = tmp_path / "mars_openhands"
+    (pkg / "vllm").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "vllm" / "__init__.py").write_text("")
+    (pkg / "vllm" / "a.py").write_text("from mars_openhands.vllm.b import B\n")
+    (pkg / "vllm" / "b.py").write_text("def f():\n    from .a import A\n")
+    monkeypatch.setitem(globals(), "ROOT", tmp_path)
+    assert sorted(set(import_cycle())) == ["mars_openhands.vllm.a", "mars_openhands.vllm.b"]
 
 
 def test_mars_openhands_never_imports_the_edges():

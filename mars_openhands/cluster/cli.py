@@ -80,8 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def serve(args: argparse.Namespace, vllm_args: list[str]) -> int:
     from mars_openhands.cluster.launch import Cluster, ClusterSpec
-    from mars_openhands.cluster.process import ProcessError
     from mars_openhands.core import policy_names
+    from mars_openhands.procs import StartError
 
     if args.policy not in policy_names():
         raise UsageError(f"--policy: unknown policy {args.policy!r}; known: {', '.join(policy_names())}")
@@ -117,7 +117,7 @@ def serve(args: argparse.Namespace, vllm_args: list[str]) -> int:
             rc = cluster.run()
         except KeyboardInterrupt:
             rc = 0
-        except ProcessError as e:
+        except StartError as e:
             print(f"{PROG} serve: error: {e}", file=sys.stderr)
     return rc
 

@@ -3,7 +3,10 @@
 Replicas start together (each waits for its own `/health`), then the router over their URLs. While
 running, a replica that exits is reported once and left to the router's failover (its sessions move
 to a survivor, where MARS treats them as new); the cluster stops when the router or every replica is
-gone. Stopping takes the router down first (no new calls), then every replica's process group.
+gone. Stopping takes the router down first (no new calls), then every replica's process group
+(`mars_openhands.procs`): `mars-openhands serve` forwards SIGTERM to vLLM's own process group and
+takes it down with it, and vLLM gets SIGTERM if the launcher dies (`PR_SET_PDEATHSIG`), so stopping
+the launcher's group leaves nothing of a replica behind.
 """
 from __future__ import annotations
 
@@ -14,8 +17,9 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mars_openhands.cluster.process import ManagedProcess, free_port
 from mars_openhands.cluster.router import AFFINITY_POLICY, router_command
+from mars_openhands.procs import ChildServer, free_port
+from mars_openhands.vllm.serve import serve_command
 
 
 @dataclass
@@ -58,12 +62,6 @@ class ClusterSpec:
         return env
 
 
-def serve_command(python: str, policy: str, model: Path, port: int, vllm_args: list[str]) -> list[str]:
-    """One replica: `mars-openhands serve` (vLLM under the policy's scheduler class, MARS plugins)."""
-    return [python, "-m", "mars_openhands.cli", "serve", "--policy", policy, "--model", str(model),
-            "--port", str(port), *vllm_args]
-
-
 class Cluster:
     """The replicas and the router of one `ClusterSpec`."""
 
@@ -72,14 +70,14 @@ class Cluster:
         self.spec, self.say = spec, say
         spec.log_dir.mkdir(parents=True, exist_ok=True)
         self.replicas = [
-            ManagedProcess(f"replica {i}", serve_command(python, spec.policy, spec.model, port, spec.vllm_args),
-                           f"http://127.0.0.1:{port}", spec.log_dir / f"replica-{i}.log",
-                           env={"VLLM_HOST_IP": "127.0.0.1", **spec.replica_env(i)})
+            ChildServer(f"replica {i}", serve_command(python, spec.policy, spec.model, port, spec.vllm_args),
+                        f"http://127.0.0.1:{port}", spec.log_dir / f"replica-{i}.log",
+                        env={"VLLM_HOST_IP": "127.0.0.1", **spec.replica_env(i)})
             for i, port in enumerate(spec.replica_ports)]
         local = "127.0.0.1" if spec.host in ("0.0.0.0", "::") else spec.host
         self.url = f"http://{local}:{spec.port}"
         self.metrics_port = spec.prometheus_port or free_port()
-        self.router = ManagedProcess(
+        self.router = ChildServer(
             "vllm-router",
             router_command([r.url for r in self.replicas], policy=spec.router_policy, host=spec.host,
                            port=spec.port, prometheus_port=self.metrics_port,

@@ -22,6 +22,10 @@ from itertools import accumulate
 
 from mars_openhands.events import Event, SessionEnded, ToolCancelled, ToolFinished, ToolStarted
 
+#: Tool-call durations measured on TraceLab's 432k coding-agent calls (docs/workload.md): the
+#: predictor's prior and the synthetic generator's target (`mars_openhands.workload.synthetic`).
+TOOL_P50_S, TOOL_P90_S, TOOL_P99_S = 0.3, 13.6, 216.0
+
 COMMAND_CLASSES = ("test", "build", "read", "edit", "other")
 
 _EDITOR_TOOLS = {"file_editor", "str_replace_editor", "str_replace_based_edit_tool", "edit_file",
@@ -130,8 +134,8 @@ class DurationConfig:
     lo_s: float = 0.01
     hi_s: float = 3600.0
     bins_per_decade: int = 8
-    prior_median_s: float = 0.3      # docs/workload.md: TraceLab p50 0.3 s
-    prior_p90_s: float = 13.6        # docs/workload.md: TraceLab p90 13.6 s
+    prior_median_s: float = TOOL_P50_S
+    prior_p90_s: float = TOOL_P90_S
     parent_weight: float = 4.0       # pseudo-samples a key borrows from its parent
     hint_weight: float = 4.0         # pseudo-samples of a declared duration hint
     hint_sigma: float = 0.7          # spread (log space) around a hint

@@ -10,6 +10,10 @@ from dataclasses import dataclass, field
 
 from mars_openhands.events import CpuTelemetry, EngineTelemetry, ToolStarted
 
+#: EMA weight of the tool queue wait, for every plane that measures it (the policy's own CPU state,
+#: the simulator's and the replay client's `CpuTelemetry`), so all report the same mean.
+TOOL_WAIT_EMA = 0.2
+
 
 @dataclass(slots=True, eq=False)
 class Request:
@@ -118,7 +122,7 @@ class CpuState:
     tool_workers: int
     tools_in_flight: int = 0
     ema_queue_wait_s: float = 0.0
-    ema_alpha: float = 0.2
+    ema_alpha: float = TOOL_WAIT_EMA
     tools_queued: int | None = None
 
     @property

@@ -13,8 +13,9 @@ in the same order, and never reach into its strategies or context, so a rule is 
   step      `observe_kv(...)`; `expired_pins(now)`; `order(requests, now)` or, for an engine that
             keeps a queue sorted, `sort_key(now)`; `chunk_tokens(req, budget, remaining)`;
             on an allocation failure: `shrink(tokens)`, then `revocation_order()` pins, then
-            `choose_victim(candidates)` + `on_preempted(victim, now)`; finally
-            `on_step(scheduled, waiting, now)` and `observe_prefill(tokens, seconds)`.
+            `choose_victim(candidates)` + `on_preempted(victim, now)`; a call's first prefill
+            chunk: `observe_prefill_start(wait_s)`; finally `on_step(scheduled, waiting, now)`
+            and `observe_prefill(tokens, seconds)`.
   finish    `on_request_finished(req, blocks, now)` -> pins to release + an offer to pin the
             call's blocks; the engine pins them and calls `record_pin(...)`.
   events    `on_event(event)` -> pins to release now (tool cancelled, session ended). Tool events
@@ -53,12 +54,15 @@ from mars_openhands.events import (
     ToolStarted,
 )
 
-#: EMA weight of the prefill-start latency (queueing inside the engine) both engines measure.
+#: EMA weight of the prefill-start latency (queueing inside the engine), fed by `observe_prefill_start`.
 PREFILL_START_EMA = 0.2
 
 
 #: EMA weight of the per-turn context growth (as for the other EMAs of the information stream).
 GROWTH_EMA = 0.2
+
+#: EMA weight of the measured prefill rate (tokens/s) an engine feeds `Policy.observe_prefill`.
+PREFILL_RATE_EMA = 0.2
 
 
 @dataclass(slots=True)
@@ -232,10 +236,10 @@ class Policy:
     # ---- one engine step ---------------------------------------------------------------------
 
     def observe_kv(self, free_blocks: int, waiting_demand_blocks: int | None = None,
-                   prefill_start_latency_s: float | None = None,
                    revocable_blocks: int | None = None) -> None:
         """GPU-plane state an engine reports every step (None: keep the last value); the pinned
-        blocks are the policy's own count."""
+        blocks are the policy's own count, the prefill-start latency its own EMA
+        (`observe_prefill_start`)."""
         kv = self.ctx.kv
         kv.free_blocks = free_blocks
         kv.pinned_blocks = self.ctx.pins.total_blocks
@@ -243,8 +247,6 @@ class Policy:
             kv.revocable_blocks = revocable_blocks
         if waiting_demand_blocks is not None:
             kv.waiting_demand_blocks = waiting_demand_blocks
-        if prefill_start_latency_s is not None:
-            kv.prefill_start_latency_s = prefill_start_latency_s
 
     def observe_prefill_start(self, wait_s: float) -> None:
         """A call got its first prefill chunk `wait_s` after it entered the engine's queues."""
@@ -340,7 +342,7 @@ class Policy:
                 req.preempted_s = -1.0
         self.ordering.on_step(scheduled, waiting, ctx)
 
-    def observe_prefill(self, tokens: int, seconds: float, alpha: float = 0.2) -> None:
+    def observe_prefill(self, tokens: int, seconds: float, alpha: float = PREFILL_RATE_EMA) -> None:
         """Feed a measured prefill (tokens computed in `seconds`) into the prefill-rate EMA."""
         if tokens > 0 and seconds > 0:
             self.ctx.prefill_tps += alpha * (tokens / seconds - self.ctx.prefill_tps)

@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from mars_openhands.cli_args import CliError, add_synthetic_args, add_workload_source, policy_list, positive, workload
 from mars_openhands.cluster.launch import Cluster
-from mars_openhands.cluster.process import ProcessError
 from mars_openhands.cluster.router import RouterError
+from mars_openhands.procs import StartError
 from mars_openhands.replay.bench_output import (
     EngineSetup,
     PolicyRun,
@@ -55,7 +55,7 @@ from mars_openhands.replay.replicas import (
     replica_table,
     summed_metrics,
 )
-from mars_openhands.replay.server import EngineServer, ServerError
+from mars_openhands.replay.server import EngineServer
 from mars_openhands.replay.tools import ToolPool
 from mars_openhands.sim.routing import EVENT_MODES
 
@@ -300,7 +300,7 @@ def _with_cluster(conf: Configuration, plan: BenchPlan, args: argparse.Namespace
     try:
         cluster = Cluster(spec)
         cluster.start(args.startup_timeout)
-    except (ProcessError, RouterError, ValueError) as e:
+    except (StartError, RouterError, ValueError) as e:
         raise BenchError(f"{conf.label}: {e}") from None
     try:
         return asyncio.run(_replay_cluster(cluster, plan, args, bar))
@@ -315,7 +315,7 @@ def _with_server(policy: str, log: Path, args: argparse.Namespace, flags: list[s
     try:
         server.start(args.startup_timeout)
         return asyncio.run(work(server))
-    except ServerError as e:
+    except StartError as e:
         raise BenchError(str(e)) from None
     finally:
         server.stop()

@@ -23,6 +23,7 @@ from typing import Any
 import httpx
 
 from mars_openhands.core.boundaries import INFERRED_TOOL
+from mars_openhands.core.model import TOOL_WAIT_EMA
 from mars_openhands.events import CpuTelemetry, Event, SessionEnded, ToolCancelled, ToolFinished, ToolStarted
 from mars_openhands.replay.engine import Completion, EngineClient, EngineError, EventSink
 from mars_openhands.replay.prompts import SessionPrompts, TokenSpace, TurnShape
@@ -149,7 +150,7 @@ class Replayer:
             self._emit(ToolCancelled(session_id=s.session_id, t=time.time(), tool_name=tool.name,
                                          call_id=call_id))
             raise
-        self._ema_wait += 0.2 * (run.queue_wait_s - self._ema_wait)
+        self._ema_wait += TOOL_WAIT_EMA * (run.queue_wait_s - self._ema_wait)
         rec.tool_queue_wait_s, rec.tool_run_s = run.queue_wait_s, run.run_s
         self._emit(ToolFinished(session_id=s.session_id, t=time.time(), tool_name=tool.name,
                                     duration_s=run.run_s, exit_status=run.exit_status, command=tool.command,

@@ -29,8 +29,8 @@ from typing import Any
 import httpx
 
 from mars_openhands.cluster.launch import Cluster, ClusterSpec
-from mars_openhands.cluster.process import free_port
 from mars_openhands.cluster.stats import aggregate, fetch
+from mars_openhands.procs import free_port
 
 #: `bench-engine --routers` -> (vllm-router --policy, extra router flags).
 ROUTER_SETUPS: dict[str, tuple[str, list[str]]] = {

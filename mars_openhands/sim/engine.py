@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import cast
 
-from mars_openhands.core.model import Pin, Request
+from mars_openhands.core.model import TOOL_WAIT_EMA, Pin, Request
 from mars_openhands.core.policy import Policy
 from mars_openhands.events import (
     CpuTelemetry,
@@ -212,7 +212,7 @@ class Engine:
         if self._ticks and now >= pol.next_tick_s:
             revocable = self.pins.revocable_blocks() if self.pins.pins else 0
         demand_blocks = -(-self.scheduler.waiting.demand_tokens // self.bs)
-        pol.observe_kv(self.pool.free, demand_blocks, self.scheduler.prefill_start_latency, revocable)
+        pol.observe_kv(self.pool.free, demand_blocks, revocable)
 
     def _horizon(self) -> float:
         """Where a decode fast-forward must stop: the next event, admission tick or re-order."""
@@ -340,7 +340,7 @@ class Engine:
 
     def _start_tools(self, jobs: list[ToolJob]) -> None:
         for j in jobs:
-            self.ema_tool_wait += 0.2 * ((j.started_s - j.submitted_s) - self.ema_tool_wait)
+            self.ema_tool_wait += TOOL_WAIT_EMA * ((j.started_s - j.submitted_s) - self.ema_tool_wait)
             self.events.push(j.started_s + j.duration_s, TOOL_DONE, j)
         tp = self.tools
         self._emit(CpuTelemetry(self.now, tp.in_flight, tp.workers, self.ema_tool_wait, tp.queued))

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from mars_openhands.core.model import Request
-from mars_openhands.core.policy import PREFILL_START_EMA, Policy
+from mars_openhands.core.policy import Policy
 from mars_openhands.core.window import ActiveWindow
 from mars_openhands.events import Event, PrefillStarted
 from mars_openhands.sim.entities import SimRequest
@@ -56,8 +56,6 @@ class Scheduler:
         #: admitted calls beyond the policy's active window (`Policy.max_active`)
         self.window: ActiveWindow[SimRequest] = ActiveWindow(lambda: policy.max_active)
         self.by_req: dict[Request, SimRequest] = {}
-        #: EMA of the wait from entering the queues to the first prefill chunk (telemetry)
-        self.prefill_start_latency = 0.0
 
     # ---- entering and leaving ---------------------------------------------------------------
 
@@ -249,8 +247,7 @@ class Scheduler:
             pool.take(new)
             req.kv_blocks += new
         if not req.started:
-            wait = now - r.enqueued_s
-            self.prefill_start_latency += PREFILL_START_EMA * (wait - self.prefill_start_latency)
+            self.policy.observe_prefill_start(now - r.enqueued_s)
             self.emit(PrefillStarted(req.session_id, now, req.turn_index, req.request_id))
         return n
 

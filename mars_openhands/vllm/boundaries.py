@@ -13,7 +13,6 @@ it first), else the body's `session_id`, else `vllm_xargs.session_id`; a call wi
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import re
 import time
@@ -21,6 +20,7 @@ from typing import Any
 
 from mars_openhands.core.boundaries import INFERRED_TOOL
 from mars_openhands.events import ToolStarted
+from mars_openhands.vllm.carriers import SESSION_HEADER, body_session, buffer_body, header
 from mars_openhands.vllm.plugin import EVENTS_METHOD
 
 log = logging.getLogger("mars_openhands.vllm.boundaries")
@@ -28,21 +28,6 @@ log = logging.getLogger("mars_openhands.vllm.boundaries")
 _TOOL_CALLS = re.compile(rb'"finish_reason"\s*:\s*"tool_calls"')
 _TAIL = 64                       # bytes of one chunk kept to find the finish split across two chunks
 _CHAT_PATH = "/v1/chat/completions"
-
-
-def body_session(body: bytes) -> str:
-    """The session a chat request's body names (`session_id`, else `vllm_xargs.session_id`), or ""."""
-    try:
-        data = json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        return ""
-    if not isinstance(data, dict):
-        return ""
-    xargs = data.get("vllm_xargs")
-    for sid in (data.get("session_id"), xargs.get("session_id") if isinstance(xargs, dict) else None):
-        if isinstance(sid, str) and sid:
-            return sid
-    return ""
 
 
 class ToolCallBoundaryMiddleware:
@@ -56,10 +41,9 @@ class ToolCallBoundaryMiddleware:
         if (scope["type"] != "http" or scope.get("method") != "POST"
                 or not scope.get("path", "").endswith(_CHAT_PATH)):
             return await self.app(scope, receive, send)
-        sid = dict(scope["headers"]).get(b"x-session-id", b"").decode(errors="replace")
+        sid = header(scope, SESSION_HEADER).decode(errors="replace")
         if not sid:
-            from mars_openhands.vllm.endpoints import _buffer_body  # (endpoints installs this class)
-            body, receive = await _buffer_body(receive)
+            body, receive = await buffer_body(receive)
             sid = body_session(body)
         if not sid:
             return await self.app(scope, receive, send)

@@ -35,6 +35,13 @@ from starlette.datastructures import State
 
 from mars_openhands.events import EventError, parse_batch, parse_batch_id
 from mars_openhands.vllm.boundaries import ToolCallBoundaryMiddleware
+from mars_openhands.vllm.carriers import (
+    LITELLM_SESSION_HEADER,
+    SESSION_HEADER,
+    buffer_body,
+    header,
+    prompt_cache_key,
+)
 from mars_openhands.vllm.plugin import EVENTS_METHOD, HISTORY_METHOD, STATS_METHOD
 
 TOKEN_ENV = "MARS_EVENTS_TOKEN"
@@ -125,47 +132,15 @@ class SessionIdMiddleware:
         if (scope["type"] != "http" or scope.get("method") != "POST"
                 or not scope.get("path", "").endswith(_COMPLETION_PATHS)):
             return await self.app(scope, receive, send)
-        headers = dict(scope["headers"])
-        if b"x-session-id" in headers:
+        if SESSION_HEADER in dict(scope["headers"]):
             return await self.app(scope, receive, send)
-        sid = headers.get(b"x-litellm-session-id", b"")
+        sid = header(scope, LITELLM_SESSION_HEADER)
         if not sid:
-            body, receive = await _buffer_body(receive)
-            sid = _prompt_cache_key(body)
+            body, receive = await buffer_body(receive)
+            sid = prompt_cache_key(body)
         if sid:
-            scope = {**scope, "headers": [*scope["headers"], (b"x-session-id", sid)]}
+            scope = {**scope, "headers": [*scope["headers"], (SESSION_HEADER, sid)]}
         return await self.app(scope, receive, send)
-
-
-async def _buffer_body(receive):
-    chunks, more = [], True
-    while more:
-        message = await receive()
-        if message["type"] != "http.request":       # client went away: replay that as-is
-            async def replay_disconnect(m=message):
-                return m
-            return b"", replay_disconnect
-        chunks.append(message.get("body", b""))
-        more = message.get("more_body", False)
-    body = b"".join(chunks)
-    sent = False
-
-    async def replay():
-        nonlocal sent
-        if sent:
-            return await receive()
-        sent = True
-        return {"type": "http.request", "body": body, "more_body": False}
-    return body, replay
-
-
-def _prompt_cache_key(body: bytes) -> bytes:
-    try:
-        data = json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        return b""
-    key = data.get("prompt_cache_key") if isinstance(data, dict) else None
-    return key.encode() if isinstance(key, str) and key else b""
 
 
 class MarsEndpoints:

@@ -21,7 +21,8 @@ import tempfile
 from pathlib import Path
 
 from mars_openhands.core import policy_names
-from mars_openhands.stopping import stop_group, stop_on_signals
+from mars_openhands.procs import stop_group
+from mars_openhands.stopping import stop_on_signals
 from mars_openhands.vllm.version import UntestedVllmError, check_vllm_version, is_cpu_build
 
 PLUGINS = ("mars_engine", "mars_endpoints")
@@ -43,6 +44,13 @@ def scratch_env(env: dict[str, str], scratch: str) -> dict[str, str]:
     out.setdefault("VLLM_RPC_BASE_PATH", scratch)
     out.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(tempfile.gettempdir(), f"torchinductor_{getpass.getuser()}"))
     return out
+
+
+def serve_command(python: str, policy: str, model: str | Path, port: int, vllm_args: list[str]) -> list[str]:
+    """How a parent (the replay benchmark, a cluster replica, the SWE-bench driver) starts this
+    command as a child: the same flags for every policy."""
+    return [python, "-m", "mars_openhands.cli", "serve", "--policy", policy, "--model", str(model),
+            "--port", str(port), *vllm_args]
 
 
 def _has_flag(args: list[str], *flags: str) -> bool:

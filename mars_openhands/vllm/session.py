@@ -24,6 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 from mars_openhands.events import ToolStarted
+from mars_openhands.vllm.carriers import SESSION_FIELD, nonempty_str
 
 
 def _extra_args(request: Any) -> dict:
@@ -33,13 +34,10 @@ def _extra_args(request: Any) -> dict:
 
 
 def session_of(request: Any) -> str:
-    sid = getattr(request, "session_id", None)
+    sid = getattr(request, SESSION_FIELD, None)
     if isinstance(sid, str) and sid:
         return sid
-    sid = _extra_args(request).get("session_id")
-    if isinstance(sid, str) and sid:
-        return sid
-    return request.request_id
+    return nonempty_str(_extra_args(request), SESSION_FIELD) or request.request_id
 
 
 def tool_hint_of(request: Any, session_id: str, now: float) -> ToolStarted | None:

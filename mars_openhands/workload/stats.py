@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from mars_openhands.workload.synthetic import FAST_MAX_S, SLOW_MIN_S
 from mars_openhands.workload.trace import SessionTrace
 
 _TEST_MARKERS = ("pytest", "tox", "unittest", "manage.py test")
@@ -44,9 +45,9 @@ def trace_stats(sessions: Sequence[SessionTrace]) -> dict[str, float]:
     if len(durations):
         out["p50_tool_s"], out["p90_tool_s"], out["p99_tool_s"] = _q(durations, 50, 90, 99)
         out["mean_tool_s"] = float(durations.mean())
-        out["share_tool_fast"] = float(np.mean(durations <= 1.0))
-        out["share_tool_medium"] = float(np.mean((durations > 1.0) & (durations <= 30.0)))
-        out["share_tool_slow"] = float(np.mean(durations > 30.0))
+        out["share_tool_fast"] = float(np.mean(durations <= FAST_MAX_S))
+        out["share_tool_medium"] = float(np.mean((durations > FAST_MAX_S) & (durations <= SLOW_MIN_S)))
+        out["share_tool_slow"] = float(np.mean(durations > SLOW_MIN_S))
     out["tests_per_session"] = tests / len(sessions)
     out["condensations"] = sum(1 for a, b in steps if b < a)
     out["arrival_rate_sps"] = (len(sessions) - 1) / span if span > 0 else float("inf")

@@ -82,6 +82,11 @@ from typing import Any
 
 from mars_openhands.workload.trace import SessionTrace, ToolCall, Turn
 
+#: The tool-duration classes: fast calls take up to `FAST_MAX_S`, slow ones `SLOW_MIN_S` and more,
+#: medium ones lie between; `TOOL_MIX` is their measured shares (TraceLab, table above).
+FAST_MAX_S, SLOW_MIN_S = 1.0, 30.0
+TOOL_MIX: tuple[float, float, float] = (0.73, 0.22, 0.05)
+
 SYSTEM_PROMPT_ID = "openhands-sdk-cli-mode"
 #: OpenHands SDK cli-mode system prompt + 4 tool schemas is ~16k characters (measured): ~4.1k tokens.
 SYSTEM_PROMPT_TOKENS = 4100
@@ -154,7 +159,7 @@ class SyntheticConfig:
     turns_scale: float = 1.0               # multiplies the turns-per-session distribution
     context_scale: float = 1.0             # multiplies every token count of prompts and observations
     max_context_tokens: int = 92_000       # condense history beyond this (x context_scale)
-    tool_mix: tuple[float, float, float] = (0.73, 0.22, 0.05)   # fast / medium / slow shares
+    tool_mix: tuple[float, float, float] = TOOL_MIX   # fast / medium / slow shares
     tool_time_scale: float = 1.0           # multiplies every tool duration
     slow_cap_s: float = 1800.0             # longest slow tool call before scaling
     # workload-family knobs (see the module docstring); the defaults leave them off
@@ -223,11 +228,11 @@ def _lognormal(rng: random.Random, median: float, sigma: float, lo: float, hi: f
 
 def _duration(rng: random.Random, cls: str, cfg: SyntheticConfig) -> float:
     if cls == "fast":
-        d = _lognormal(rng, 0.2, 0.8, 0.05, 1.0)
+        d = _lognormal(rng, 0.2, 0.8, 0.05, FAST_MAX_S)
     elif cls == "medium":
-        d = math.exp(rng.uniform(0.0, math.log(30.0)))
+        d = math.exp(rng.uniform(math.log(FAST_MAX_S), math.log(SLOW_MIN_S)))
     else:   # bounded Pareto on [30, cap], shape a: inverse CDF
-        a, lo, hi = 0.7, 30.0, cfg.slow_cap_s
+        a, lo, hi = 0.7, SLOW_MIN_S, cfg.slow_cap_s
         u = rng.random()
         d = lo / (1.0 - u * (1.0 - (lo / hi) ** a)) ** (1.0 / a)
     return round(d * cfg.tool_time_scale, 3)

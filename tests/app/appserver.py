@@ -21,8 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mars_openhands.replay.server import free_port
-from mars_openhands.stopping import stop_group
+from mars_openhands.procs import free_port, stop_group
 
 from .conftest import APP_PY, REPO
 

@@ -11,7 +11,8 @@ pytest.importorskip("fastapi", reason="needs the engine environment")
 
 from mars_openhands.core.boundaries import INFERRED_TOOL  # noqa: E402
 from mars_openhands.events import parse_event  # noqa: E402
-from mars_openhands.vllm.boundaries import ToolCallBoundaryMiddleware, body_session  # noqa: E402
+from mars_openhands.vllm.boundaries import ToolCallBoundaryMiddleware  # noqa: E402
+from mars_openhands.vllm.carriers import body_session  # noqa: E402
 from mars_openhands.vllm.plugin import EVENTS_METHOD  # noqa: E402
 
 

@@ -12,12 +12,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from mars_openhands.cluster.process import ManagedProcess, free_port
 from mars_openhands.cluster.router import RouterError, router_command, router_executable
 from mars_openhands.cluster.stats import aggregate, discover, fetch, format_table
 from mars_openhands.events import SessionEnded, ToolFinished, ToolStarted
 from mars_openhands.openhands.config import EmitterConfig
 from mars_openhands.openhands.emitter import EventEmitter
+from mars_openhands.procs import ChildServer, free_port
 
 httpx = pytest.importorskip("httpx")
 try:
@@ -85,9 +85,9 @@ class FakeReplica:
 def routed(tmp_path):
     replicas = [FakeReplica("a"), FakeReplica("b")]
     port = free_port()
-    router = ManagedProcess("vllm-router",
-                            router_command([r.url for r in replicas], port=port, prometheus_port=free_port()),
-                            f"http://127.0.0.1:{port}", tmp_path / "router.log")
+    router = ChildServer("vllm-router",
+                         router_command([r.url for r in replicas], port=port, prometheus_port=free_port()),
+                         f"http://127.0.0.1:{port}", tmp_path / "router.log")
     router.start(60.0)
     yield router, replicas
     router.stop()

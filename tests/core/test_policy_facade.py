@@ -157,12 +157,14 @@ def test_the_tick_schedule_is_the_admission_interval():
 def test_kv_telemetry_from_the_engine_or_an_event():
     p = pinning_policy(total_blocks=100)
     finish_turn(p, "a", 10, 0.0)
-    p.observe_kv(60, waiting_demand_blocks=7, prefill_start_latency_s=0.5)
+    p.observe_kv(60, waiting_demand_blocks=7)
     kv = p.ctx.kv
-    assert (kv.free_blocks, kv.pinned_blocks, kv.waiting_demand_blocks, kv.prefill_start_latency_s) == \
-        (60, 10, 7, 0.5)
-    p.observe_kv(50)                                 # None keeps the last demand and latency
-    assert (kv.free_blocks, kv.waiting_demand_blocks, kv.prefill_start_latency_s) == (50, 7, 0.5)
+    assert (kv.free_blocks, kv.pinned_blocks, kv.waiting_demand_blocks) == (60, 10, 7)
+    p.observe_prefill_start(2.5)                     # the latency EMA is the policy's own
+    assert kv.prefill_start_latency_s == pytest.approx(0.5)
+    p.observe_kv(50)                                 # None keeps the last demand; the latency stays
+    assert (kv.free_blocks, kv.waiting_demand_blocks) == (50, 7) and kv.prefill_start_latency_s == \
+        pytest.approx(0.5)
     p.observe_prefill_start(1.5)
     assert kv.prefill_start_latency_s == pytest.approx(0.7)
     p.on_event(EngineTelemetry(2.0, total_blocks=200, free_blocks=150, pinned_blocks=3,

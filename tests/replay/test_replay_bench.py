@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 from mars_openhands.metrics import FIELDS
+from mars_openhands.procs import StartError, descendants, start_time
 from mars_openhands.replay import bench
 from mars_openhands.replay import server as server_mod
-from mars_openhands.replay.server import EngineServer, descendants
+from mars_openhands.replay.server import EngineServer
 
 FAKE = Path(__file__).with_name("replay_fake_engine.py")
 SMALL = ["--synthetic", "3", "--rate", "2", "--seed", "1", "--turns-scale", "0.08", "--token-scale", "0.02",
@@ -124,9 +125,9 @@ def test_server_stop_kills_descendants_that_left_the_group(fake_serve, tmp_path,
     escaped = int(re.search(r"escaped child (\d+)", (tmp_path / "log").read_text()).group(1))
     assert escaped in pids
     deadline = time.monotonic() + 5
-    while server_mod._start_time(escaped) is not None and time.monotonic() < deadline:
+    while start_time(escaped) is not None and time.monotonic() < deadline:
         time.sleep(0.05)
-    alive = server_mod._start_time(escaped) is not None
+    alive = start_time(escaped) is not None
     if alive:
         os.kill(escaped, 9)
     assert not alive
@@ -136,7 +137,7 @@ def test_server_that_dies_reports_its_log(monkeypatch, tmp_path):
     monkeypatch.setattr(server_mod, "serve_command",
                         lambda python, *a: [python, "-c", "import sys; print('boom: no model'); sys.exit(3)"])
     srv = EngineServer("fcfs", tmp_path, tmp_path / "log")
-    with pytest.raises(server_mod.ServerError, match="(?s)status 3.*boom: no model"):
+    with pytest.raises(StartError, match="(?s)status 3.*boom: no model"):
         srv.start(30)
 
 

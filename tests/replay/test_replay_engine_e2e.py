@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
+from mars_openhands.procs import descendants, start_time
 from mars_openhands.replay import bench
-from mars_openhands.replay.server import _start_time, descendants
 
 pytestmark = [pytest.mark.slow, pytest.mark.engine]
 TINY = Path(__file__).resolve().parents[2] / "models" / "tiny"
@@ -39,4 +39,4 @@ def test_bench_engine_on_the_tiny_model(tmp_path, capsys):
     profile = json.loads((out / "cpu-small-profile.json").read_text())
     assert profile["block_size"] == summary["engine"]["block_size"] and profile["kv_blocks"] > 0
     assert 0 < summary["ideal_mean_e2e_s"] < summary["policies"]["fcfs"]["mean_e2e_s"] * 1.5
-    assert not [p for p in descendants(os.getpid()) if _start_time(p) is not None]
+    assert not [p for p in descendants(os.getpid()) if start_time(p) is not None]

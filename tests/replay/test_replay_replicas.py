@@ -155,13 +155,13 @@ except RouterError:
 
 @pytest.mark.skipif(ROUTER is None, reason="vllm-router is not installed")
 def test_a_replay_through_vllm_router_keeps_each_session_on_one_replica(tmp_path):
-    from mars_openhands.cluster.process import ManagedProcess, free_port
     from mars_openhands.cluster.router import router_command
+    from mars_openhands.procs import ChildServer, free_port
 
     with ServedFake(FakeEngine()) as a, ServedFake(FakeEngine()) as b:
         port = free_port()
-        router = ManagedProcess("vllm-router", router_command([a.url, b.url], port=port),
-                                f"http://127.0.0.1:{port}", tmp_path / "router.log")
+        router = ChildServer("vllm-router", router_command([a.url, b.url], port=port),
+                             f"http://127.0.0.1:{port}", tmp_path / "router.log")
         router.start(30.0)
         try:
             # 16 sessions: the ring depends on the replicas' (random) ports, and with 6 all of them
@@ -195,8 +195,8 @@ def test_the_bench_replays_through_the_router_and_survives_a_killed_replica(tmp_
 
     from tqdm import tqdm
 
-    from mars_openhands.cluster.process import ManagedProcess, free_port
     from mars_openhands.cluster.router import router_command
+    from mars_openhands.procs import ChildServer, free_port
     from mars_openhands.replay.bench import BenchPlan, _replay_cluster
     from mars_openhands.replay.prompts import plan_shapes
 
@@ -210,8 +210,8 @@ def test_the_bench_replays_through_the_router_and_survives_a_killed_replica(tmp_
     served = [ServedFake(FakeEngine()), ServedFake(FakeEngine())]
     with served[0], served[1]:
         port = free_port()
-        router = ManagedProcess("vllm-router", router_command([s.engine.url for s in served], port=port),
-                                f"http://127.0.0.1:{port}", tmp_path / "router.log")
+        router = ChildServer("vllm-router", router_command([s.engine.url for s in served], port=port),
+                             f"http://127.0.0.1:{port}", tmp_path / "router.log")
         router.start(30.0)
         try:
             cluster = _RouterCluster(served, router)

@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mars_openhands.replay.server import EngineServer, ServerError
+from mars_openhands.procs import StartError
+from mars_openhands.replay.server import EngineServer
 
 REPO = Path(__file__).resolve().parents[3]
 ENGINE_PYTHON = REPO / ".venv" / "bin" / "python"
@@ -25,8 +26,8 @@ class EngineStartError(RuntimeError):
 class EngineProcess:
     """One engine child: `start()` blocks until healthy, `stop()` ends its process group.
 
-    The process handling (own session, /health polling, group and stray-descendant kill) is the
-    replay benchmark's `EngineServer`; this adds the driver's checks and flags.
+    The process handling (own session, /health polling, group and leftover kill) is the replay
+    benchmark's `EngineServer` (`mars_openhands.procs`); this adds the driver's checks and flags.
     """
 
     policy: str
@@ -58,9 +59,9 @@ class EngineProcess:
         self.port = self.server.port
         try:
             self.server.start(self.startup_timeout_s)
-        except ServerError as e:          # start() already stopped the group
+        except StartError as e:           # start() already stopped the group (the message names the log)
             self.server = None
-            raise EngineStartError(f"{e}\n(log: {self.log_path})") from None
+            raise EngineStartError(str(e)) from None
         except BaseException:
             self.stop()
             raise

@@ -28,10 +28,13 @@ from pathlib import Path
 
 import numpy as np
 
+from mars_openhands.core.durations import TOOL_P50_S, TOOL_P90_S, TOOL_P99_S
+from mars_openhands.workload.synthetic import FAST_MAX_S, SLOW_MIN_S, TOOL_MIX
 from mars_openhands.workload.trace import SessionTrace, read_trace, write_trace
 
 #: The synthetic generator's calibration (TraceLab's 432k calls): class shares and overall quantiles.
-CALIBRATION = {"fast": 0.73, "medium": 0.22, "slow": 0.05, "p50": 0.3, "p90": 13.6, "p99": 216.0}
+CALIBRATION = {**dict(zip(("fast", "medium", "slow"), TOOL_MIX)),
+               "p50": TOOL_P50_S, "p90": TOOL_P90_S, "p99": TOOL_P99_S}
 _CLASSES = (("tests", r"\bpytest\b|\bbin/test\b|\btox\b|\bunittest\b"), ("pip", r"\bpip\b"),
             ("search", r"\bgrep\b|\bfind\b|\brg\b"), ("git", r"\bgit\b"))
 
@@ -50,7 +53,7 @@ def command_class(tool: str, command: str) -> str:
 
 
 def duration_class(seconds: float) -> str:
-    return "fast" if seconds < 1.0 else "medium" if seconds <= 30.0 else "slow"
+    return "fast" if seconds < FAST_MAX_S else "medium" if seconds <= SLOW_MIN_S else "slow"
 
 
 def durations(run_dirs: list[Path]) -> list[tuple[str, float]]:

@@ -8,20 +8,12 @@ terminal's SIGINT; a driver stopping on Ctrl-C therefore kills what is in flight
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import threading
 from collections.abc import Mapping, Sequence
 from typing import IO
 
-
-def kill_group(proc: subprocess.Popen[bytes]) -> None:
-    """SIGKILL the process group of `proc` and reap it."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait()
+from mars_openhands.procs import kill_group, start_in_group
 
 
 class ProcessGroups:
@@ -36,8 +28,7 @@ class ProcessGroups:
         """Run `argv` (stderr into `stdout`, no stdin) until it exits or `timeout` passes, when its
         group is killed; the group is also killed if waiting is interrupted. Returns its exit status
         (-SIGKILL after a timeout or `kill_all`)."""
-        proc = subprocess.Popen(list(argv), cwd=cwd, env=dict(env), stdout=stdout, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+        proc = start_in_group(argv, stdout=stdout, env=env, cwd=cwd)
         with self._lock:
             self._running.add(proc)
         try:
