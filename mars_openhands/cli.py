@@ -130,7 +130,7 @@ def _run_point(sessions: list[SessionTrace], trace_label: str, profile_name: str
     from tqdm import tqdm
 
     from mars_openhands import plots
-    from mars_openhands.metrics import format_table, ideal_mean_e2e, summarize
+    from mars_openhands.metrics import format_table, ideal_mean_e2e, stall_notes, summarize
     from mars_openhands.workload.trace import write_trace
 
     write_trace(out / "trace.jsonl", sessions)
@@ -151,7 +151,8 @@ def _run_point(sessions: list[SessionTrace], trace_label: str, profile_name: str
             bar.update(base + len(sessions) - bar.n)
             runs[name], summaries[name] = run, summarize(run, alpha=args.alpha)
     summary = {"trace": trace_label, "profile": profile_name,
-               "ideal_mean_e2e_s": ideal_mean_e2e(next(iter(runs.values()))), "policies": summaries}
+               "ideal_mean_e2e_s": ideal_mean_e2e(next(iter(runs.values()))), "policies": summaries,
+               "held_idle_s": {name: round(run.held_idle_s, 3) for name, run in runs.items()}}
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     (out / "table.md").write_text(format_table(summaries, markdown=True) + "\n")
     plots.e2e_cdf(runs, out / "e2e_cdf.png", title=f"E2E latency CDF{label} ({profile_name})")
@@ -159,6 +160,8 @@ def _run_point(sessions: list[SessionTrace], trace_label: str, profile_name: str
         plots.timeline(run, out / f"timeline-{name}.png")
     print(f"\n{trace_label}{label}  profile={profile_name}  ideal mean E2E {summary['ideal_mean_e2e_s']:.1f} s")
     print(format_table(summaries))
+    for note in stall_notes(runs):
+        print(note)
     return summary
 
 

@@ -55,6 +55,17 @@ def summarize(run: RunResult, alpha: float = 3.0) -> dict[str, Any]:
     }
 
 
+def stall_notes(runs: Mapping[str, RunResult], min_s: float = 1.0) -> list[str]:
+    """One line per policy whose admission held calls while the engine sat idle for `min_s` or more.
+
+    Such idle time is no latency the engine caused: the policy's gate kept work out of an idle engine
+    (ThunderAgent holds a program larger than its token budget until its 1800 s resume timeout).
+    """
+    return [f"note: {name} held calls outside an idle engine for {run.held_idle_s:,.1f} s in all "
+            "(its admission gate, not the engine; see docs/policies.md)"
+            for name, run in runs.items() if run.held_idle_s >= min_s]
+
+
 def ideal_mean_e2e(run: RunResult) -> float:
     """Mean ideal latency of the trace's sessions (the same for every policy on one trace)."""
     return round(float(np.mean([s.ideal_s for s in run.sessions])), 4) if run.sessions else 0.0

@@ -29,5 +29,7 @@ class RunResult:
     prefix_hit_tokens: int = 0            # prompt tokens served from the prefix cache
     pinned_block_seconds: float = 0.0
     preemptions: int = 0
+    #: Seconds the engine sat idle while the policy's admission held calls outside it (a stall).
+    held_idle_s: float = 0.0
     #: Time series for plots: (t, admission window or None, kv usage, pinned blocks, running, waiting).
     timeline: list[tuple[float, float | None, float, int, int, int]] = field(default_factory=list)

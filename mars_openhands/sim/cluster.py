@@ -380,4 +380,5 @@ def run_cluster(sessions: Sequence[SessionTrace], profile: Profile | str, policy
                      prefix_hit_tokens=sum(r.counters.prefix_hit_tokens for r in rs),
                      pinned_block_seconds=sum(r.counters.pinned_block_seconds for r in rs),
                      preemptions=sum(r.counters.preemptions for r in rs),
+                     held_idle_s=sum(r.counters.held_idle_s for r in rs),
                      timeline=_merged_timeline(rs) if replicas > 1 else rs[0].timeline.samples)

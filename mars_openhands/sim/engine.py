@@ -165,6 +165,8 @@ class Engine:
                           self.pins.pinned_now, len(sched.running),
                           len(sched.waiting) + len(sched.window) + len(self.backlog))
         if t > self.now:
+            if self.backlog and not (self.scheduler.running or self.scheduler.waiting or self.scheduler.window):
+                self.counters.held_idle_s += t - self.now
             self.now = t
 
     def events_until(self, t: float) -> None:

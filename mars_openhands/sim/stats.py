@@ -24,6 +24,10 @@ class Counters:
     pins_made: int = 0
     pins_released: int = 0
     pinned_block_seconds: float = 0.0
+    #: Simulated seconds with nothing running or waiting in the engine while the policy held
+    #: parked calls outside it: a stall of admission (ThunderAgent's program larger than its budget
+    #: waits out the 1800 s resume timeout), reported beside the results.
+    held_idle_s: float = 0.0
 
     @property
     def recomputed_prefill_tokens(self) -> int:

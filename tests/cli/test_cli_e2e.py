@@ -43,7 +43,7 @@ def test_simulate_every_policy_writes_summary_trace_and_plots(tmp_path):
     r = cli("simulate", *TINY, "--profile", profile(), "--policies", ",".join(names), "--out", str(out))
     assert r.returncode == 0, r.stderr
     summary = json.loads((out / "summary.json").read_text())
-    assert list(summary) == ["trace", "profile", "ideal_mean_e2e_s", "policies"]
+    assert list(summary) == ["trace", "profile", "ideal_mean_e2e_s", "policies", "held_idle_s"]
     assert summary["profile"] == profile() and summary["ideal_mean_e2e_s"] > 0
     assert list(summary["policies"]) == names
     for name, s in summary["policies"].items():

@@ -54,7 +54,7 @@ def test_simulate_runs_each_policy_on_the_same_trace_and_writes_summary(fake, tm
     assert all(c[0] is fake.calls[0][0] for c in fake.calls)           # one trace object for all
     assert {(c[1], c[3], c[4]) for c in fake.calls} == {("PROFILE", 4, 900)}
     summary = json.loads((out / "summary.json").read_text())
-    assert list(summary) == ["trace", "profile", "ideal_mean_e2e_s", "policies"]
+    assert list(summary) == ["trace", "profile", "ideal_mean_e2e_s", "policies", "held_idle_s"]
     assert summary["profile"] == "test-profile" and "seed=3" in summary["trace"]
     assert list(summary["policies"]) == ["fcfs", "autellix", "mars"]
     sessions = read_trace(out / "trace.jsonl")
