@@ -21,7 +21,7 @@ when the server runs in the agent environment with the patch enabled (see `autop
 
 Guard: `check()` compares each patched method's parameters with what this patch was written for and
 `apply()` refuses loudly (PatchError) when they differ; SDK versions outside `TESTED_SDK_VERSIONS`
-only warn. `tests/agent/test_agent_runtime_patch.py` runs the guard against the installed SDK.
+only warn. `tests/openhands/test_runtime_patch.py` runs the guard against the installed SDK.
 """
 from __future__ import annotations
 

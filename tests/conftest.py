@@ -5,6 +5,6 @@ in the engine environment they are not collected at all rather than failing at i
 """
 import importlib.util
 
-AGENT_SUITES = ["agent", "evaluation"]
+AGENT_SUITES = ["openhands", "evaluation"]
 
 collect_ignore = [] if importlib.util.find_spec("openhands") else AGENT_SUITES

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.agent.doubles import terminal
+from tests.openhands.doubles import terminal
 
 from .appserver import AppServer, Started, engine_history, http_json
 from .conftest import REPO, app_env_built

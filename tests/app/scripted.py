@@ -1,7 +1,7 @@
 """A scripted LLM for many concurrent conversations behind one URL (test harness, not product code).
 
 The app gives every conversation the same LLM settings, so one endpoint serves them all. Unlike
-`tests.agent.doubles.ScriptedLLM` (one script consumed in arrival order), each conversation here
+`tests.openhands.doubles.ScriptedLLM` (one script consumed in arrival order), each conversation here
 plays the whole script: the step is the number of assistant turns already in the request's
 messages. Everything else is as in `ScriptedLLM`: side calls without tools get a plain reply, and
 with `upstream=` every agent turn is first served by the real engine (same messages, session header
@@ -17,7 +17,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from tests.agent.doubles import LLMRequest, ToolCallStep, _Handler, _Server
+from tests.openhands.doubles import LLMRequest, ToolCallStep, _Handler, _Server
 
 
 class _SessionLLMHandler(_Handler):

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.agent.doubles import terminal
+from tests.openhands.doubles import terminal
 
 from .appserver import AppServer, engine_history, http_json
 from .conftest import REPO, needs_app_env

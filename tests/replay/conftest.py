@@ -1,5 +1,6 @@
 import pytest
-from replay_fake_engine import FakeEngine, ServedFake
+
+from tests.replay.replay_fake_engine import FakeEngine, ServedFake
 
 
 @pytest.fixture

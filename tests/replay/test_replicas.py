@@ -8,7 +8,6 @@ import json
 import time
 
 import pytest
-from replay_fake_engine import SPACE, FakeEngine, ServedFake, replay
 
 from mars_openhands.cluster.router import RouterError, router_executable
 from mars_openhands.replay.bench import main as bench_main
@@ -22,6 +21,7 @@ from mars_openhands.replay.replicas import (
     summed_metrics,
 )
 from mars_openhands.workload.trace import SessionTrace, ToolCall, Turn
+from tests.replay.replay_fake_engine import SPACE, FakeEngine, ServedFake, replay
 
 
 def _sessions(n: int = 3, turns: int = 3, gap: float = 0.05) -> list[SessionTrace]:

@@ -5,13 +5,13 @@ import logging
 
 import httpx
 import pytest
-from replay_fake_engine import replay as _replay
 
 from mars_openhands.core.boundaries import INFERRED_TOOL
 from mars_openhands.events import SessionEnded, parse_event
 from mars_openhands.replay.client import ReplayConfig, timeline_point
 from mars_openhands.replay.engine import CacheConfig, EventSink, parse_prometheus, prometheus_labels
 from mars_openhands.workload.trace import SessionTrace, ToolCall, Turn
+from tests.replay.replay_fake_engine import replay as _replay
 
 
 def _sessions():
