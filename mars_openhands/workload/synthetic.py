@@ -177,7 +177,7 @@ class SyntheticConfig:
                   ("context_scale", self.context_scale > 0),
                   ("max_context_tokens",
                    self.max_context_tokens >= 4 * SYSTEM_PROMPT_TOKENS * min(1.0, self.context_scale)),
-                  ("tool_time_scale", self.tool_time_scale > 0), ("slow_cap_s", self.slow_cap_s > 30),
+                  ("tool_time_scale", self.tool_time_scale > 0), ("slow_cap_s", self.slow_cap_s > SLOW_MIN_S),
                   ("tool_mix", len(self.tool_mix) == 3 and min(self.tool_mix) >= 0 and sum(self.tool_mix) > 0),
                   ("long_prompt_share", 0 <= self.long_prompt_share <= 1),
                   ("long_prompt_tokens", len(self.long_prompt_tokens) == 2
