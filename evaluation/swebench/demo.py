@@ -9,7 +9,7 @@ measurement).
 
 `--mode offline` (make demo): the bundled tasks. `--mode local` (make demo-real): real SWE-bench
 instances from a dataset file, their repositories from local sources, per-(repo, version)
-environments from swebench's specs (`local_harness.py`), so the agents wait on real pytest runs
+environments from swebench's specs (`workspaces/local_harness.py`), so the agents wait on real pytest runs
 and real file contents. It checks every input first and stops at once naming what to provide,
 then builds (or finds cached) every environment before the first policy runs, so no policy pays
 for a build.
@@ -19,7 +19,7 @@ token grows with the context (attention dominates a model this small), so real f
 logs filling the tiny model's 32k context made the engine, not the tools, the whole run (10
 instances did not fit in an hour on 2 cores). The engine gets a 16k context instead, in which the
 oracle proxy keeps each agent's prompt by cutting its oldest observations short (an
-observation-masking condenser, cache-friendly: see `llm_proxy.py`), and the KV cache is sized for
+observation-masking condenser, cache-friendly: see `agents/llm_proxy.py`), and the KV cache is sized for
 that context so that 5 agents still need about twice what it holds.
 """
 

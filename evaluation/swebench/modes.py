@@ -1,13 +1,13 @@
 """The ways to run SWE-bench: offline on this host, local (real instances, no Docker), or full with Docker.
 
 offline: the bundled task repo, a temporary local git workspace per instance, grading on the host
-  with swebench's own functions (`grading.py`).
+  with swebench's own functions (`grading/grading.py`).
 full: the official dataset (hub name or local file), an OpenHands agent-server container per
   instance built on the instance's `swebench/sweb.eval.x86_64.*` image (the agent works in
   `/testbed` through a RemoteConversation), grading by the real swebench harness after the run.
   `preflight_full` names everything that is missing before anything starts.
 local: real instances (a hub-layout .json/.jsonl/.parquet file) in local trees with per-(repo,
-  version) environments from swebench's specs, graded on the host (`local_harness.py`).
+  version) environments from swebench's specs, graded on the host (`workspaces/local_harness.py`).
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@
     # full: hub dataset / local file, Docker workspaces, the swebench harness (fails fast here)
     python -m evaluation.swebench.run --mode full --dataset princeton-nlp/SWE-bench_Lite --config mars.toml
 
-Without `[llm]` in a config the agents run under the ORACLE HARNESS (see oracle.py): scripted
+Without `[llm]` in a config the agents run under the ORACLE HARNESS (see agents/oracle.py): scripted
 decisions, each paid for with a real engine request. Output: RUN_DIR/output.jsonl,
 predictions.jsonl, instances/<id>/..., engine_stats.jsonl; a re-run with the same RUN_DIR resumes.
 """
