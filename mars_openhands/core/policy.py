@@ -100,6 +100,10 @@ class Policy:
     _tools: Counter[str] = field(default_factory=Counter, repr=False)
     _next_tick: float = field(default=-math.inf, repr=False)
     _next_idle_scan: float = field(default=-math.inf, repr=False)
+    #: EMA of the prefill-start latency (`observe_prefill_start`); None until a first call starts.
+    #: `observe_kv` publishes it, so the control plane reads it as of the top of the step, like
+    #: the rest of the GPU plane, in both engines.
+    _prefill_start_ema: float | None = field(default=None, repr=False)
 
     # ---- arrivals and admission --------------------------------------------------------------
 
@@ -247,11 +251,14 @@ class Policy:
             kv.revocable_blocks = revocable_blocks
         if waiting_demand_blocks is not None:
             kv.waiting_demand_blocks = waiting_demand_blocks
+        if self._prefill_start_ema is not None:
+            kv.prefill_start_latency_s = self._prefill_start_ema
 
     def observe_prefill_start(self, wait_s: float) -> None:
-        """A call got its first prefill chunk `wait_s` after it entered the engine's queues."""
-        kv = self.ctx.kv
-        kv.prefill_start_latency_s += PREFILL_START_EMA * (wait_s - kv.prefill_start_latency_s)
+        """A call got its first prefill chunk `wait_s` after it entered the engine's queues
+        (the EMA starts from 0; it reaches the context at the next `observe_kv`)."""
+        ema = self._prefill_start_ema or 0.0
+        self._prefill_start_ema = ema + PREFILL_START_EMA * (wait_s - ema)
 
     @property
     def pinned_sessions(self) -> int:

@@ -160,12 +160,13 @@ def test_kv_telemetry_from_the_engine_or_an_event():
     p.observe_kv(60, waiting_demand_blocks=7)
     kv = p.ctx.kv
     assert (kv.free_blocks, kv.pinned_blocks, kv.waiting_demand_blocks) == (60, 10, 7)
-    p.observe_prefill_start(2.5)                     # the latency EMA is the policy's own
-    assert kv.prefill_start_latency_s == pytest.approx(0.5)
-    p.observe_kv(50)                                 # None keeps the last demand; the latency stays
+    p.observe_prefill_start(2.5)                     # the latency EMA is the policy's own ...
+    assert kv.prefill_start_latency_s == 0.0         # ... published at the top of the next step
+    p.observe_kv(50)                                 # None keeps the last demand
     assert (kv.free_blocks, kv.waiting_demand_blocks) == (50, 7) and kv.prefill_start_latency_s == \
         pytest.approx(0.5)
     p.observe_prefill_start(1.5)
+    p.observe_kv(50)
     assert kv.prefill_start_latency_s == pytest.approx(0.7)
     p.on_event(EngineTelemetry(2.0, total_blocks=200, free_blocks=150, pinned_blocks=3,
                                waiting_demand_blocks=9, prefill_start_latency_s=0.1))
