@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from evaluation.swebench.workspaces.local_harness import LocalBackend
 
 DEFAULT_POLICIES = "mars,fcfs"
-REAL_INSTANCES = REPO / "evaluation" / "swebench" / "instances" / "lite-10.txt"
+REAL_INSTANCES = REPO / "evaluation" / "swebench" / "data" / "instances" / "lite-10.txt"
 
 
 @dataclass(frozen=True)

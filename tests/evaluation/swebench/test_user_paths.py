@@ -157,3 +157,16 @@ def test_an_agent_run_in_which_every_instance_failed_exits_non_zero(tmp_path, ca
     files.append(RunRecord("c", "oracle", "local", "", None, "finished", Timings(0.0, 1.0, 1.0, 1.0),
                            report={"status": "unresolved", "resolved": False}), "m")
     assert run._print_summary(RunSummary(tmp_path, attempted=3), ["a", "b", "c"]) == 0
+
+
+@pytest.mark.parametrize("target", ["demo", "demo-real", "swebench-run"])
+def test_make_passes_workers_and_out_and_the_demos_keep_their_own_k_without_workers(target):
+    def dry(*variables: str) -> str:
+        proc = subprocess.run(["make", "-n", target, *variables], cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        return " ".join(proc.stdout.replace("\\\n", " ").split())
+
+    given = dry("WORKERS=3", "OUT=runs/x", "RESUME=1")
+    assert "--workers 3" in given and "--out runs/x" in given and "--resume" in given
+    if target != "swebench-run":
+        assert "--workers" not in dry()
