@@ -112,9 +112,9 @@ def load_dataset_file(path: Path, ids: list[str] | None) -> list[SweInstance]:
     return [by_id[i] for i in ids] if ids else instances
 
 
-def load_predictions_file(path: Path, instance_ids: list[str]) -> list[Prediction]:
-    """The predictions of a .json/.jsonl/.parquet file for `instance_ids` (others are skipped);
-    InputError lists every bad line."""
+def load_predictions_file(path: Path, instance_ids: list[str] | None) -> list[Prediction]:
+    """The predictions of a .json/.jsonl/.parquet file for `instance_ids` (others are skipped; None:
+    all); InputError lists every bad line."""
     problems = _file(path, "--predictions")
     if problems:
         raise InputError(problems)
@@ -126,8 +126,7 @@ def load_predictions_file(path: Path, instance_ids: list[str]) -> list[Predictio
         seen.add(p.instance_id)
     if problems:
         raise InputError(problems)
-    wanted = set(instance_ids)
-    return [p for p in preds if p.instance_id in wanted]
+    return preds if instance_ids is None else [p for p in preds if p.instance_id in set(instance_ids)]
 
 
 def repo_sources(items: list[str], github: bool, environ: Mapping[str, str] = os.environ) -> RepoSources:
