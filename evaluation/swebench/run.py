@@ -256,6 +256,8 @@ def run(args: argparse.Namespace) -> int:
                 "model": str(args.model) if harness == ORACLE else base_cfg.llm.model if base_cfg else ""}
     run_dir = args.output_dir or run_dirs.default_dir(mode, dataset, args.policy)
     resumed = run_dirs.claim(run_dir, identity, resume=args.resume, replace=args.replace)
+    if resumed:  # before any engine starts: a resume may not change what the run measures
+        RunFiles(run_dir).check_metadata({k: identity[k] for k in ("mode", "harness", "policy", "model")})
     if resumed and {i.instance_id for i in instances} <= RunFiles(run_dir).finished_ids():
         print(f"{run_dir}: every instance is finished already; nothing to do (no engine started)", file=sys.stderr)
         return _print_summary(RunSummary(run_dir, skipped=len(instances)), [i.instance_id for i in instances])

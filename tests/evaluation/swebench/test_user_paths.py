@@ -142,6 +142,11 @@ def test_an_agent_run_with_nothing_left_to_do_starts_no_engine(monkeypatch, tmp_
     # another policy into that folder is another run: refused before any engine starts
     assert run.main([*args, "--policy", "fcfs"]) == 2 and starts == ["mars"]
     assert "holds another run" in capsys.readouterr().err
+    # --resume may add instances, not change the policy: refused before an engine starts too
+    metadata = {"mode": "offline", "harness": "oracle", "policy": "mars", "model": str(ROOT / "models" / "tiny")}
+    (tmp_path / "r" / "metadata.json").write_text(json.dumps(metadata))
+    assert run.main([*args, "--policy", "fcfs", "--resume"]) == 2 and starts == ["mars"]
+    assert "different policy ('mars' != 'fcfs')" in capsys.readouterr().err
 
 
 def test_an_agent_run_in_which_every_instance_failed_exits_non_zero(tmp_path, capsys):
