@@ -174,18 +174,19 @@ def _local(args: argparse.Namespace, ids: list[str] | None) -> tuple[list[SweIns
         problems.append(f"--dataset {dataset}: no such file (local mode reads a dataset file, not the hub)")
     sources, instances, tables = None, [], None
     cache = args.env_cache or specs.default_cache()
-    for step in ("sources", "dataset", "specs"):
+    try:
+        sources = inputs.repo_sources(args.repo_source, github=not args.no_github)
+    except InputError as e:
+        problems += e.problems
+    if dataset and Path(dataset).is_file():
         try:
-            if step == "sources":
-                sources = inputs.repo_sources(args.repo_source, github=not args.no_github)
-            elif step == "dataset" and dataset and Path(dataset).is_file():
-                instances = inputs.load_dataset_file(Path(dataset), ids)
-            elif step == "specs":
-                tables = specs.load_tables(args.swebench_specs, cache)
+            instances = inputs.load_dataset_file(Path(dataset), ids)
         except InputError as e:
             problems += e.problems
-        except specs.SpecError as e:
-            problems.append(str(e))
+    try:
+        tables = specs.load_tables(args.swebench_specs, cache)
+    except specs.SpecError as e:
+        problems.append(str(e))
     if problems or sources is None or tables is None:
         raise InputError(problems)
     return instances, LocalBackend(sources, EnvCache(cache, sources), tables, grading=not args.no_grade)

@@ -20,6 +20,8 @@ from evaluation.swebench.inputs import InputError
 from evaluation.swebench.records import JSONDict
 
 RUN_FILE = "run.json"
+#: what marks a folder as a run's (also one written before run.json existed): --replace deletes no other
+RUN_MARKERS = (RUN_FILE, "metadata.json", "output.jsonl", "grades.jsonl")
 ROOT = Path("runs") / "swebench"
 
 
@@ -56,6 +58,8 @@ def claim(run_dir: Path, identity: JSONDict, *, resume: bool = False, replace: b
         raise InputError("--resume and --replace: pass one of them")
     held = run_dir.is_dir() and any(run_dir.iterdir())
     if held and replace:
+        if not any((run_dir / m).exists() or any(run_dir.glob(f"*/{m}")) for m in RUN_MARKERS):
+            raise InputError(f"--replace: {run_dir} holds no run ({', '.join(RUN_MARKERS)}); it is not deleted")
         shutil.rmtree(run_dir)
         held = False
     if run_dir.exists() and not run_dir.is_dir():
