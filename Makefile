@@ -30,9 +30,9 @@ help:
 	@echo "make bench-engine real vLLM engine replay, every policy (small model, scarce KV; BENCH_ENGINE_ARGS)"
 	@echo "make swebench-dataset  check the bundled SWE-bench task repo and compile it to parquet (offline)"
 	@echo "make swebench-gold     grade every bundled task's gold patch on the host (no Docker)"
-	@echo "make swebench-run      SWE-bench through OpenHands agents on a MARS engine (DATASET SPLIT INSTANCES WORKERS POLICY MODEL ENGINE_URL)"
-	@echo "make demo              MARS vs FCFS: the offline SWE-bench set with K concurrent agents, table + plots in runs/demo"
-	@echo "make demo-real         MARS vs FCFS on 10 real SWE-bench Lite instances (SWEBENCH_DATASET, MARS_SWEBENCH_REPO_SOURCES), runs/demo-real"
+	@echo "make swebench-run      SWE-bench through OpenHands agents on a MARS engine (DATASET SPLIT INSTANCES WORKERS POLICY MODEL ENGINE_URL OUT RESUME REPLACE)"
+	@echo "make demo              MARS vs FCFS: the offline SWE-bench set with K concurrent agents, table + plots under runs/demo (WORKERS OUT)"
+	@echo "make demo-real         MARS vs FCFS on 10 real SWE-bench Lite instances (SWEBENCH_DATASET, MARS_SWEBENCH_REPO_SOURCES; WORKERS OUT), under runs/demo-real"
 	@echo "make swebench-specs    fetch swebench's install specs (its 4.1.0 wheel, from PyPI) into the environment cache"
 	@echo "make setup-app         the OpenHands app environment (.venv-app, openhands-ai $(OPENHANDS_APP_VERSION), hooked); not part of setup"
 	@echo "make app               the OpenHands app server on process sandboxes, LLM and events from MARS_CONFIG (default mars.toml)"
@@ -162,6 +162,15 @@ MARS_CONFIG ?=
 # PREDICTIONS=gold|empty|FILE grades those patches instead of running agents.
 MODE ?=
 PREDICTIONS ?=
+# OUT: the run folder (default: a new runs/swebench/<mode>-<dataset>-<policy|predictions>-<UTC time> per run;
+# demo, demo-real: a new folder under runs/demo, runs/demo-real). One that holds another run is refused
+# unless RESUME=1 (continue it) or REPLACE=1 (delete it first); the same command with the same OUT resumes.
+OUT ?=
+RESUME ?=
+REPLACE ?=
+RUN_DIR_ARGS = $(if $(OUT),--out $(OUT)) $(if $(RESUME),--resume) $(if $(REPLACE),--replace)
+# WORKERS for the demos only when given (their defaults: K = 8 offline, 5 local)
+DEMO_WORKERS = $(if $(filter command line environment%,$(origin WORKERS)),--workers $(WORKERS))
 REPO_SOURCES ?=
 LOCAL_INSTANCES := @evaluation/swebench/data/instances/lite-10.txt
 .PHONY: swebench-run demo demo-real swebench-specs
@@ -170,7 +179,8 @@ swebench-run: setup models/tiny/.done
 		--instances "$(if $(INSTANCES),$(INSTANCES),$(if $(filter local,$(MODE)),$(LOCAL_INSTANCES)))" \
 		--workers $(WORKERS) --policy $(POLICY) --model $(MODEL) --engine-url "$(ENGINE_URL)" \
 		$(if $(MARS_CONFIG),--config $(MARS_CONFIG)) $(if $(MODE),--mode $(MODE)) \
-		$(if $(PREDICTIONS),--predictions $(PREDICTIONS)) $(foreach s,$(REPO_SOURCES),--repo-source=$(s))
+		$(if $(PREDICTIONS),--predictions $(PREDICTIONS)) $(foreach s,$(REPO_SOURCES),--repo-source=$(s)) \
+		$(RUN_DIR_ARGS)
 
 swebench-specs: setup-agent
 	$(AGENT_PY) -c "from evaluation.swebench.workspaces import specs; print(specs.load_tables().source)"
@@ -179,11 +189,13 @@ swebench-specs: setup-agent
 demo-real: setup models/tiny/.done
 	$(AGENT_PY) -m evaluation.swebench.demo --mode local \
 		$(if $(POLICIES),--policies $(POLICIES)) $(if $(DATASET),--dataset $(DATASET)) \
-		$(if $(INSTANCES),--instances $(INSTANCES)) $(foreach s,$(REPO_SOURCES),--repo-source=$(s))
+		$(if $(INSTANCES),--instances $(INSTANCES)) $(foreach s,$(REPO_SOURCES),--repo-source=$(s)) \
+		$(DEMO_WORKERS) $(RUN_DIR_ARGS)
 
-# POLICIES: e.g. mars,fcfs,continuum (default mars,fcfs); runs and plots go to runs/demo.
+# POLICIES: e.g. mars,fcfs,continuum (default mars,fcfs); runs and plots go to a new folder under runs/demo.
 demo: setup models/tiny/.done
-	$(AGENT_PY) -m evaluation.swebench.demo $(if $(POLICIES),--policies $(POLICIES))
+	$(AGENT_PY) -m evaluation.swebench.demo $(if $(POLICIES),--policies $(POLICIES)) \
+		$(if $(INSTANCES),--instances $(INSTANCES)) $(DEMO_WORKERS) $(RUN_DIR_ARGS)
 
 # The OpenHands app (the web/server package `openhands-ai`): a third environment, built only on
 # request (about 4 minutes). Its sandboxes are agent-servers started from this environment, so the

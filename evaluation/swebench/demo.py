@@ -3,9 +3,10 @@
 For each policy: start `mars-openhands serve` on the local model with a scarce KV cache (so the
 agents contend for it), run every task with K concurrent agents (oracle harness: scripted
 trajectories, every LLM turn a real engine request), stop the engine. Then print the comparison
-table (`mars-openhands report`), the tool-time share and write the plots. Runs go to OUT/<policy>;
-a re-run of an interrupted demo resumes them, a finished demo just reports (delete OUT for a fresh
-measurement).
+table (`mars-openhands report`), the tool-time share and write the plots. Runs go to OUT/<policy>,
+OUT a new folder per demo (runs/demo/... or runs/demo-real/..., with the UTC start time) unless
+`--out` names one; the same demo with the same `--out` resumes an interrupted demo or just reports
+a finished one, and `--out` holding anything else is refused unless `--resume` or `--replace`.
 
 `--mode offline` (make demo): the bundled tasks. `--mode local` (make demo-real): real SWE-bench
 instances from a dataset file, their repositories from local sources, per-(repo, version)
@@ -34,13 +35,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from evaluation.swebench.inputs import InputError
 from evaluation.swebench.runs.engine_proc import REPO
 
 if TYPE_CHECKING:
     from evaluation.swebench.workspaces.local_harness import LocalBackend
 
 DEFAULT_POLICIES = "mars,fcfs"
-REAL_INSTANCES = REPO / "evaluation" / "swebench" / "instances" / "lite-10.txt"
+REAL_INSTANCES = REPO / "evaluation" / "swebench" / "data" / "instances" / "lite-10.txt"
 
 
 @dataclass(frozen=True)
@@ -69,7 +71,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default: offline the model's, local 16384)")
     p.add_argument("--instances", default="", help="offline: subset of the bundled tasks (default all); "
                                                    f"local: ids or @FILE (default @{REAL_INSTANCES.relative_to(REPO)})")
-    p.add_argument("--out", type=Path, help="runs and plots (default runs/demo, local: runs/demo-real)")
+    p.add_argument("--out", type=Path, help="runs and plots (default: a new folder under runs/demo, local: "
+                                            "runs/demo-real, named for the mode, dataset and UTC time)")
+    p.add_argument("--resume", action="store_true", help="continue the demo in --out (also with other settings)")
+    p.add_argument("--replace", action="store_true", help="delete what --out holds and start again")
     p.add_argument("--sim-profile", default="", help="also compare with the simulator on this profile")
     p.add_argument("--mode", choices=("offline", "local"), default="offline",
                    help="offline: the bundled tasks; local: real instances (make demo-real)")
@@ -82,11 +87,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def preflight_local(args: argparse.Namespace) -> tuple[list[str], LocalBackend]:
-    """Every problem with the local demo's inputs at once (UsageError), else the ids and the backend."""
+    """Every problem with the local demo's inputs at once (InputError), else the ids and the backend."""
+    from evaluation.swebench import inputs
     from evaluation.swebench import run as swe_run
     from evaluation.swebench.workspaces import specs
     from evaluation.swebench.workspaces.local_env import EnvError
     from evaluation.swebench.workspaces.sources import SourceError
+
+    def stop(problems: list[str]) -> InputError:
+        return InputError("demo-real cannot start:\n  - " + "\n  - ".join(dict.fromkeys(problems)))
 
     problems: list[str] = []
     dataset = args.dataset or os.environ.get(swe_run.DATASET_ENV, "")
@@ -95,14 +104,21 @@ def preflight_local(args: argparse.Namespace) -> tuple[list[str], LocalBackend]:
                         "the hub's layout)")
     elif not Path(dataset).is_file():
         problems.append(f"data: {dataset} is not a file")
+    try:
+        ids = swe_run.parse_instances(args.instances or f"@{REAL_INSTANCES}")
+        if problems:  # no dataset to read: name the bad sources too, then stop
+            inputs.repo_sources(args.repo_source, github=args.github)
+    except InputError as e:
+        problems += e.problems
     if problems:
-        raise swe_run.UsageError("demo-real cannot start:\n  - " + "\n  - ".join(problems))
+        raise stop(problems)
     ns = swe_run.build_parser().parse_args(
-        ["--mode", "local", "--dataset", dataset, "--instances", args.instances or f"@{REAL_INSTANCES}",
-         *[f"--repo-source={r}" for r in args.repo_source], *([] if args.github else ["--no-github"]),
-         *(["--env-cache", str(args.env_cache)] if args.env_cache else [])])
-    ids = swe_run.parse_instances(ns.instances)
-    instances, backend = swe_run._local(ns, ids)
+        ["--mode", "local", "--dataset", dataset, *[f"--repo-source={r}" for r in args.repo_source],
+         *([] if args.github else ["--no-github"]), *(["--env-cache", str(args.env_cache)] if args.env_cache else [])])
+    try:
+        instances, backend = swe_run._local(ns, ids)
+    except InputError as e:
+        raise stop(e.problems) from None
     for repo in sorted({i.repo for i in instances}):
         if repo not in backend.sources.local and not args.github:
             problems.append(f"source: {repo}: pass --repo-source {repo}=PATH (a local clone or mirror), "
@@ -116,15 +132,26 @@ def preflight_local(args: argparse.Namespace) -> tuple[list[str], LocalBackend]:
         except (specs.SpecError, EnvError) as e:
             problems.append(f"{inst.instance_id}: {e}")
     if problems:
-        raise swe_run.UsageError("demo-real cannot start:\n  - " + "\n  - ".join(sorted(set(problems))))
+        raise stop(sorted(problems))
     for inst in {backend.spec(i).env_name: i for i in instances}.values():  # one instance per environment
         t0 = time.time()
         try:
             env = backend.cache.ensure(backend.spec(inst), inst)
         except (EnvError, SourceError) as e:
-            raise swe_run.UsageError(f"demo-real cannot start: the environment of {inst.instance_id}: {e}") from None
+            raise InputError(f"demo-real cannot start: the environment of {inst.instance_id}: {e}") from None
         print(f"environment {env.path.name}: ready ({time.time() - t0:.0f} s)", file=sys.stderr)
     return [i.instance_id for i in instances], backend
+
+
+def preflight_offline(args: argparse.Namespace) -> list[str]:
+    """The bundled tasks the offline demo runs (InputError naming an unknown id)."""
+    from evaluation.swebench import run as swe_run
+    from evaluation.swebench.taskrepo.tasks import load_instances
+
+    try:
+        return [i.instance_id for i in load_instances(swe_run.parse_instances(args.instances))]
+    except ValueError as e:
+        raise InputError(str(e)) from None
 
 
 def tool_share(run_dir: Path) -> str:
@@ -142,27 +169,31 @@ def tool_share(run_dir: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    target = "demo-real" if args.mode == "local" else "demo"
+    try:
+        return _demo(args, target)
+    except InputError as e:
+        print(f"{target}: error: {e}", file=sys.stderr)
+        return 2
+
+
+def _demo(args: argparse.Namespace, target: str) -> int:
     from evaluation.swebench import run as swe_run
+    from evaluation.swebench.runs import run_dirs
     from mars_openhands import report
 
-    args = build_parser().parse_args(argv)
     setting = SETTINGS[args.mode]
     workers = args.workers or setting.workers
     kv_bytes = args.kv_cache_bytes or setting.kv_cache_bytes
     context = args.context or setting.context
-    target = "demo-real" if args.mode == "local" else "demo"
-    out = args.out or REPO / "runs" / target
+    if workers < 1:
+        raise InputError(f"--workers: must be >= 1, got {workers}")
     if not (args.model / "config.json").is_file():
-        print(f"{target}: error: no model in {args.model}; build it with `make model`", file=sys.stderr)
-        return 2
+        raise InputError(f"no model in {args.model}; build it with `make model`")
     t0 = time.time()
-    mode_args = ["--mode", "offline", "--instances", args.instances]
     if args.mode == "local":
-        try:
-            ids, backend = preflight_local(args)
-        except swe_run.UsageError as e:
-            print(f"{target}: error: {e}", file=sys.stderr)
-            return 2
+        ids, backend = preflight_local(args)
         mode_args = ["--mode", "local", "--instances", ",".join(ids), "--no-github",
                      "--env-cache", str(backend.cache.root),
                      *[f"--repo-source={repo}={path}" for repo, path in backend.sources.local.items()]]
@@ -170,24 +201,33 @@ def main(argv: list[str] | None = None) -> int:
             mode_args.remove("--no-github")
         if args.dataset:
             mode_args += ["--dataset", args.dataset]
+    else:
+        ids = preflight_offline(args)
+        mode_args = ["--mode", "offline", "--instances", ",".join(ids)]
     if context:
         mode_args.append(f"--engine-arg=--max-model-len={context}")
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    dataset = (args.dataset or os.environ.get(swe_run.DATASET_ENV, "")) if args.mode == "local" else "offline"
+    identity = {"kind": "demo", "mode": args.mode, "dataset": str(Path(dataset).resolve()) if args.mode == "local"
+                else dataset, "instances": sorted(ids), "policies": policies, "workers": workers,
+                "kv_cache_bytes": kv_bytes, "context": context, "model": str(args.model)}
+    out = args.out or run_dirs.default_dir(args.mode, dataset, "+".join(policies), root=Path("runs") / target)
+    run_dirs.claim(out, identity, resume=args.resume, replace=args.replace)
     for policy in policies:
         print(f"\n== {policy}: {workers} concurrent agents, KV cache {kv_bytes / 1e6:.0f} MB, context "
-              f"{context or 'of the model'} ==", file=sys.stderr)
+              f"{context or 'of the model'} ({out / policy}) ==", file=sys.stderr)
         rc = swe_run.main([*mode_args, "--policy", policy, "--model", str(args.model),
                            "--workers", str(workers), "--kv-cache-bytes", str(kv_bytes),
-                           "--output-dir", str(out / policy)])
+                           "--out", str(out / policy), *(["--resume"] if args.resume else [])])
         if rc != 0:
-            print(f"{target}: the {policy} run ended with status {rc}; re-run `make {target}` to resume",
+            print(f"{target}: the {policy} run ended with status {rc}; `make {target} OUT={out}` resumes it",
                   file=sys.stderr)
             return rc
     extra = ["--sim-profile", args.sim_profile] if args.sim_profile else []
     rc = report.main([*(str(out / p) for p in policies), "--out", str(out), *extra])
     for policy in policies:
         print(f"{policy}: time in tools {tool_share(out / policy)}")
-    print(f"{target}: {time.time() - t0:.0f} s in all", file=sys.stderr)
+    print(f"{target}: {out}, {time.time() - t0:.0f} s in all", file=sys.stderr)
     return rc
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Literal, Protocol
 
 from evaluation.swebench.grading import patches
+from evaluation.swebench.inputs import InputError
 from evaluation.swebench.records import JSONDict, RecordError, SweInstance
 
 OFFLINE, FULL, AUTO, LOCAL = "offline", "full", "auto", "local"
@@ -118,7 +119,12 @@ def gpu_problem(run: Runner = _run) -> str | None:
 
 
 def load_dataset(name: str, split: str, instance_ids: list[str] | None) -> list[SweInstance]:
-    """A SWE-bench dataset from the hub (offline: its local cache) or a local .json/.jsonl/.parquet."""
+    """A SWE-bench dataset from the hub (offline: its local cache) or a local .json/.jsonl/.parquet
+    (read by `inputs`, whose errors name the file, line and field)."""
+    from evaluation.swebench import inputs
+
+    if Path(name).suffix in inputs.SUFFIXES:
+        return inputs.load_dataset_file(Path(name), instance_ids)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # fail fast instead of retrying the hub for 26 s
     from swebench.harness.utils import load_swebench_dataset
 
@@ -132,6 +138,8 @@ def dataset_problem(name: str, split: str, instance_ids: list[str] | None,
                     loader: Loader = load_dataset) -> tuple[str | None, list[SweInstance]]:
     try:
         return None, loader(name, split, instance_ids)
+    except InputError as e:
+        return f"dataset: {e}", []
     except RecordError as e:
         return f"dataset: {name!r} (split {split!r}) has a bad row: {e}", []
     except Exception as e:  # noqa: BLE001 - datasets raises many kinds; the message says which

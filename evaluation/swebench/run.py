@@ -13,14 +13,16 @@
 
 Without `[llm]` in a config the agents run under the ORACLE HARNESS (see agents/oracle.py): scripted
 decisions, each paid for with a real engine request. Output: RUN_DIR/output.jsonl,
-predictions.jsonl, instances/<id>/..., engine_stats.jsonl; a re-run with the same RUN_DIR resumes.
+predictions.jsonl, instances/<id>/..., engine_stats.jsonl, in a new folder per run
+(runs/swebench/<mode>-<dataset>-<policy>-<UTC time>) or --out RUN_DIR; the same command with the
+same --out resumes the run, and a folder holding another run is refused unless --resume or
+--replace says what to do with it (runs/run_dirs.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import logging
 import os
 import signal
@@ -28,14 +30,18 @@ import subprocess
 import sys
 import time
 import warnings
+from collections.abc import Collection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from evaluation.swebench import modes
 from evaluation.swebench.agents.oracle import ORACLE_LABEL
+from evaluation.swebench.inputs import InputError
 from evaluation.swebench.records import SweInstance
+from evaluation.swebench.runs import run_dirs
 from evaluation.swebench.runs.driver import MODEL, ORACLE, Backend, Driver, DriverConfig, RunSummary, on_signals
 from evaluation.swebench.runs.engine_proc import REPO, EngineProcess, EngineStartError
+from evaluation.swebench.runs.outputs import RunFiles
 from evaluation.swebench.workspaces import specs
 from mars_openhands.openhands.config import (
     AgentConfig,
@@ -53,10 +59,6 @@ if TYPE_CHECKING:
 OFFLINE_DATASETS = ("marsbench/SWE-bench_offline", "offline", "")
 DATASET_ENV = "SWEBENCH_DATASET"
 DEFAULT_TOOLS = ("terminal", "file_editor")
-
-
-class UsageError(Exception):
-    """Bad input: one line, exit status 2."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -81,7 +83,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--engine-arg", action="append", default=[], metavar="ARG",
                    help="extra argument for `mars-openhands serve` (repeatable), "
                         "e.g. --engine-arg=--kv-cache-memory-bytes=64000000")
-    p.add_argument("--output-dir", type=Path, help="run directory (default runs/swebench/<mode>-<policy>)")
+    p.add_argument("--out", "--output-dir", dest="output_dir", type=Path,
+                   help="run folder (default: a new runs/swebench/<mode>-<dataset>-<policy or predictions>-<UTC "
+                        "time>); one holding another run is refused unless --resume or --replace")
+    p.add_argument("--resume", action="store_true", help="continue the run in --out (also with other instances)")
+    p.add_argument("--replace", action="store_true", help="delete what --out holds and start again")
     p.add_argument("--max-iterations", type=int, default=50)
     p.add_argument("--no-grade", action="store_true", help="skip grading (offline, local)")
     p.add_argument("--repo-source", action="append", default=[], metavar="OWNER/NAME=PATH",
@@ -104,11 +110,11 @@ def parse_instances(text: str) -> list[str] | None:
     if text.startswith("@"):
         path = Path(text[1:])
         if not path.is_file():
-            raise UsageError(f"--instances: file {path} not found")
+            raise InputError(f"--instances: file {path} not found")
         text = path.read_text().replace("\n", ",")
     ids = [t.strip() for t in text.split(",") if t.strip()]
     if len(set(ids)) != len(ids):
-        raise UsageError(f"--instances: an id is listed twice in {text!r}")
+        raise InputError(f"--instances: an id is listed twice in {text!r}")
     return ids
 
 
@@ -116,12 +122,12 @@ def load_agent_config(args: argparse.Namespace) -> MarsConfig | None:
     """The --config file, validated before anything starts (None without one)."""
     if args.config is None:
         if args.harness == MODEL:
-            raise UsageError("--harness model needs --config mars.toml with an [llm] table naming the model endpoint")
+            raise InputError("--harness model needs --config mars.toml with an [llm] table naming the model endpoint")
         return None
     try:
         return load_config(args.config)
     except ConfigError as e:
-        raise UsageError(str(e)) from None
+        raise InputError(str(e)) from None
 
 
 def agent_config(args: argparse.Namespace, cfg: MarsConfig | None, engine_url: str | None) -> tuple[MarsConfig, str]:
@@ -145,76 +151,68 @@ def _offline_instances(args: argparse.Namespace, ids: list[str] | None) -> list[
     from evaluation.swebench.taskrepo.tasks import TASK_REPO, load_instances
 
     if args.dataset not in OFFLINE_DATASETS and Path(args.dataset).resolve() != TASK_REPO:
-        raise UsageError(f"--dataset {args.dataset!r}: offline mode runs the bundled task repo only "
+        raise InputError(f"--dataset {args.dataset!r}: offline mode runs the bundled task repo only "
                          f"({TASK_REPO}); other datasets need --mode full")
     try:
         return load_instances(ids)
     except ValueError as e:
-        raise UsageError(str(e)) from None
+        raise InputError(str(e)) from None
 
 
 def _local(args: argparse.Namespace, ids: list[str] | None) -> tuple[list[SweInstance], LocalBackend]:
     """Real instances from a dataset file and the local backend (sources, env cache, specs)."""
+    from evaluation.swebench import inputs
     from evaluation.swebench.workspaces.local_env import EnvCache
     from evaluation.swebench.workspaces.local_harness import LocalBackend  # noqa: F811 - the runtime import
-    from evaluation.swebench.workspaces.sources import RepoSources
 
-    dataset = args.dataset or os.environ.get(DATASET_ENV, "")
+    problems: list[str] = []
+    dataset = local_dataset(args)
     if not dataset:
-        raise UsageError(f"--mode local needs --dataset FILE (a SWE-bench .json/.jsonl/.parquet in the hub's layout) "
-                         f"or ${DATASET_ENV}")
-    if not Path(dataset).is_file():
-        raise UsageError(f"--dataset {dataset}: no such file (local mode reads a dataset file, not the hub)")
+        problems.append(f"--mode local needs --dataset FILE (a SWE-bench .json/.jsonl/.parquet in the hub's "
+                        f"layout) or ${DATASET_ENV}")
+    elif not Path(dataset).is_file():
+        problems.append(f"--dataset {dataset}: no such file (local mode reads a dataset file, not the hub)")
+    sources, instances, tables = None, [], None
+    cache = args.env_cache or specs.default_cache()
     try:
-        sources = RepoSources.from_args(args.repo_source, github=not args.no_github)
-        instances = modes.load_dataset(dataset, args.split, ids)
-        cache = args.env_cache or specs.default_cache()
+        sources = inputs.repo_sources(args.repo_source, github=not args.no_github)
+    except InputError as e:
+        problems += e.problems
+    if dataset and Path(dataset).is_file():
+        try:
+            instances = inputs.load_dataset_file(Path(dataset), ids)
+        except InputError as e:
+            problems += e.problems
+    try:
         tables = specs.load_tables(args.swebench_specs, cache)
     except specs.SpecError as e:
-        raise UsageError(str(e)) from None
+        problems.append(str(e))
+    if problems or sources is None or tables is None:
+        raise InputError(problems)
     return instances, LocalBackend(sources, EnvCache(cache, sources), tables, grading=not args.no_grade)
 
 
-def _grade_local(args: argparse.Namespace, instances: list[SweInstance], backend: LocalBackend) -> int:
-    """`--predictions`: grade gold, empty or given patches of real instances (no engine, no agents)."""
-    from evaluation.swebench.grading.evaluate import load_predictions, summarize
-    from evaluation.swebench.workspaces.local_harness import counts, grade_all
-
-    if args.predictions in ("gold", "empty"):
-        patches: dict[str, str | None] = {i.instance_id: i.patch if args.predictions == "gold" else ""
-                                          for i in instances}
-        model = args.predictions
-    else:
-        try:
-            preds = load_predictions(args.predictions, [i.instance_id for i in instances], Path("."))
-        except FileNotFoundError as e:
-            raise UsageError(str(e)) from None
-        patches = {p.instance_id: p.model_patch for p in preds}
-        model = preds[0].model_name_or_path.replace("/", "__") if preds else "None"
-    run_dir = args.output_dir or REPO / "runs" / "swebench" / f"local-{model}"
-    t0 = time.time()
-    print(f"grading {len(patches)} {model} patches with {args.workers} workers (environments: "
-          f"{backend.cache.envs})", file=sys.stderr)
-    results = grade_all(backend, patches, instances, run_dir / "logs", args.workers)
-    print("| instance | status | FAIL_TO_PASS | PASS_TO_PASS | s | error |\n|---|---|---:|---:|---:|---|")
-    for r in results:
-        print(f"| {r.instance_id} | {r.status} | {counts(r)} | {r.duration_s:.1f} | {(r.error or '')[:120]} |")
-    summary = summarize(results, "local", model, len(instances))
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / f"{model}.local.json").write_text(json.dumps(summary, indent=2) + "\n")
-    print(f"{run_dir}: resolved {summary['resolved_instances']}, unresolved {summary['unresolved_instances']}, "
-          f"error {summary['error_instances']} of {len(results)}; {time.time() - t0:.0f} s", file=sys.stderr)
-    return 0
+def local_dataset(args: argparse.Namespace) -> str:
+    return args.dataset or os.environ.get(DATASET_ENV, "")
 
 
-def _print_summary(summary: RunSummary, total: int) -> None:
-    print(f"{summary.run_dir}: {summary.attempted} attempted, {summary.skipped} already finished, "
-          f"{summary.resolved} resolved, {summary.failed} failed of {total}; "
-          f"{summary.wall_s:.1f} s{' (interrupted: re-run to resume)' if summary.interrupted else ''}")
+def _print_summary(summary: RunSummary, ids: Collection[str]) -> int:
+    """The closing line (every outcome counted) and the exit status of a finished run."""
+    from evaluation.swebench.runs import outcomes
+
+    wanted = set(ids)
+    tally = outcomes.of_records(r for r in {r.instance_id: r for r in RunFiles(summary.run_dir).records()}.values()
+                                if r.instance_id in wanted)
+    tally[outcomes.NOT_RUN] += len(wanted) - sum(tally.values())  # an interrupted run's rest
+    print(f"{summary.run_dir}: {outcomes.line(tally)}; {summary.attempted} attempted, {summary.skipped} already "
+          f"finished; {summary.wall_s:.1f} s{' (interrupted: re-run to resume)' if summary.interrupted else ''}")
     env_errors = environment_errors(summary.run_dir)
     if env_errors:
         print(f"{len(env_errors)} graded as environment errors (not the agents' failures): "
               + "; ".join(f"{iid}: {err}" for iid, err in env_errors.items()))
+    if outcomes.exit_status(tally):
+        print("swebench-run: no instance could be run (see the errors in output.jsonl)", file=sys.stderr)
+    return outcomes.exit_status(tally)
 
 
 def environment_errors(run_dir: Path) -> dict[str, str]:
@@ -228,7 +226,7 @@ def environment_errors(run_dir: Path) -> dict[str, str]:
 
 def run(args: argparse.Namespace) -> int:
     if args.workers < 1:
-        raise UsageError(f"--workers: must be >= 1, got {args.workers}")
+        raise InputError(f"--workers: must be >= 1, got {args.workers}")
     ids = parse_instances(args.instances)
     base_cfg = load_agent_config(args)
     mode = modes.resolve_mode(args.mode)
@@ -243,10 +241,27 @@ def run(args: argparse.Namespace) -> int:
     elif mode == modes.LOCAL:
         instances, backend = _local(args, ids)
         if args.predictions:
-            return _grade_local(args, instances, backend)
+            from evaluation.swebench.grading.local_predictions import grade_predictions
+
+            return grade_predictions(args, local_dataset(args), instances, backend)
     else:
         instances, backend = _offline_instances(args, ids), modes.OfflineBackend(grade=not args.no_grade)
-    run_dir = args.output_dir or REPO / "runs" / "swebench" / f"{mode}-{args.policy}"
+    if args.predictions:
+        raise InputError("--predictions: grading given patches needs --mode local")
+    dataset = (local_dataset(args) if mode == modes.LOCAL
+               else args.dataset or "marsbench/SWE-bench_offline")
+    harness = ORACLE if not has_model else MODEL
+    identity = {"kind": "agents", "mode": mode, "dataset": str(Path(dataset).resolve()) if mode == modes.LOCAL
+                else dataset, "split": args.split, "instances": sorted(i.instance_id for i in instances),
+                "policy": args.policy, "harness": harness,
+                "model": str(args.model) if harness == ORACLE else base_cfg.llm.model if base_cfg else ""}
+    run_dir = args.output_dir or run_dirs.default_dir(mode, dataset, args.policy)
+    resumed = run_dirs.claim(run_dir, identity, resume=args.resume, replace=args.replace)
+    if resumed:  # before any engine starts: a resume may not change what the run measures
+        RunFiles(run_dir).check_metadata({k: identity[k] for k in ("mode", "harness", "policy", "model")})
+    if resumed and {i.instance_id for i in instances} <= RunFiles(run_dir).finished_ids():
+        print(f"{run_dir}: every instance is finished already; nothing to do (no engine started)", file=sys.stderr)
+        return _print_summary(RunSummary(run_dir, skipped=len(instances)), [i.instance_id for i in instances])
     engine: EngineProcess | None = None
 
     def stop_engine() -> None:
@@ -285,14 +300,14 @@ def run(args: argparse.Namespace) -> int:
             summary = driver.run(instances)
         finally:
             instrument.disable()
-    _print_summary(summary, len(instances))
+    status = _print_summary(summary, [i.instance_id for i in instances])
     if summary.interrupted:
         return 130
-    if mode == modes.FULL and not summary.interrupted:
+    if mode == modes.FULL:
         cmd = modes.harness_command(args.dataset, args.split, run_dir / "predictions.jsonl",
                                     run_dir.name, args.workers, ids)
         return subprocess.run(cmd, cwd=run_dir).returncode
-    return 0
+    return status
 
 
 def _quiet_console() -> None:
@@ -314,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return run(args)
-    except (UsageError, modes.FullModeUnavailable, EngineStartError, ValueError) as e:
+    except (InputError, modes.FullModeUnavailable, EngineStartError, ValueError) as e:
         print(f"swebench-run: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -21,16 +21,19 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a hub name must fail fast, not r
 from tqdm import tqdm  # noqa: E402
 
 from evaluation.swebench.grading.grading import EMPTY, ERROR, RESOLVED, UNRESOLVED, GradeResult, grade  # noqa: E402
+from evaluation.swebench.inputs import InputError, load_predictions_file  # noqa: E402
 from evaluation.swebench.records import JSONDict, Prediction, SweInstance  # noqa: E402
+from evaluation.swebench.runs import outcomes  # noqa: E402
 from evaluation.swebench.taskrepo.tasks import TASK_REPO, load_instances  # noqa: E402
 
 
 def load_predictions(path: str, instance_ids: list[str] | None, task_repo: Path) -> list[Prediction]:
-    """Predictions from a .json/.jsonl file, or the gold patches with ``gold`` (read by swebench)."""
+    """Predictions from a .json/.jsonl file (every bad line named), or the gold patches with ``gold``
+    (read by swebench from the task repo)."""
     from swebench.harness.utils import get_predictions_from_file
 
-    if path != "gold" and not Path(path).is_file():
-        raise FileNotFoundError(f"predictions file not found: {path}")
+    if path != "gold":
+        return load_predictions_file(Path(path), instance_ids)
     preds = [Prediction.from_dict(p) for p in
              get_predictions_from_file(path, "", "test", task_repo=str(task_repo), instance_ids=instance_ids)]
     if instance_ids:
@@ -97,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         instances = load_instances(args.instance_ids, args.task_repo)
         predictions = load_predictions(args.predictions, args.instance_ids, args.task_repo)
         results = run(predictions, instances, args.run_id, args.log_root, args.workers, args.timeout)
-    except (FileNotFoundError, ValueError) as e:
+    except (FileNotFoundError, ValueError, InputError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     model = _log_name(predictions[0].model_name_or_path) if predictions else "None"
@@ -108,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"resolved {summary['resolved_instances']}/{summary['total_instances']}, "
           f"unresolved {summary['unresolved_instances']}, empty {summary['empty_patch_instances']}, "
           f"error {summary['error_instances']}; report: {out}")
-    return 0
+    return outcomes.exit_status(outcomes.of_grades(results))  # 1: no instance could be graded
 
 
 if __name__ == "__main__":

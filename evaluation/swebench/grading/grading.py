@@ -66,6 +66,12 @@ class GradeResult:
         return {"instance_id": self.instance_id, "status": self.status, "resolved": self.resolved,
                 "error": self.error, "duration_s": round(self.duration_s, 3), "report": self.report}
 
+    @classmethod
+    def from_json(cls, d: JSONDict) -> GradeResult:
+        """A result `to_json` wrote (a line of a grading's grades.jsonl), read back to resume."""
+        return cls(str(d["instance_id"]), str(d["status"]), dict(d.get("report") or {}), d.get("error"),
+                   duration_s=float(d.get("duration_s") or 0.0))
+
 
 def _check_instance(instance: SweInstance) -> None:
     missing = [k for k in _GRADING_COLUMNS if k not in instance.extra]

@@ -20,6 +20,7 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -194,8 +195,11 @@ class Driver(Generic[W]):
                                         on_start=self.live.add, on_end=self.live.discard)
             error = outcome.error
         except Exception as e:  # noqa: BLE001 - recorded; the run goes on
-            log.exception("%s: failed", iid)
             outcome, error = None, f"{type(e).__name__}: {e}"
+            # one line on the console (the record has it too), the traceback in the instance's agent.log
+            log.warning("%s: %s (traceback in %s)", iid, error, idir / "agent.log")
+            with (idir / "agent.log").open("a") as f:
+                f.write(traceback.format_exc())
         finally:
             if workspace is not None:
                 try:

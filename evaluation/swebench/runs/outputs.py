@@ -114,16 +114,22 @@ class RunFiles:
             with self.predictions.open("a") as f:
                 f.write(json.dumps(record.prediction(model_name).to_dict()) + "\n")
 
+    def check_metadata(self, metadata: JSONDict) -> bool:
+        """True when the folder has metadata already; ValueError when a resume would change what the
+        run measures (its mode, harness, policy or model)."""
+        path = self.run_dir / METADATA
+        if not path.is_file():
+            return False
+        old = json.loads(path.read_text())
+        keys = ("mode", "harness", "policy", "model")
+        changed = [k for k in keys if k in metadata and old.get(k) != metadata.get(k)]
+        if changed:
+            raise ValueError(f"{self.run_dir} holds a run with different "
+                             + ", ".join(f"{k} ({old.get(k)!r} != {metadata.get(k)!r})" for k in changed)
+                             + "; use another --out, or --replace to start it again")
+        return True
+
     def write_metadata(self, metadata: JSONDict) -> None:
         """Metadata of the first start is kept; a resume must not change what the run measures."""
-        path = self.run_dir / METADATA
-        if path.is_file():
-            old = json.loads(path.read_text())
-            keys = ("mode", "harness", "policy", "model")
-            changed = [k for k in keys if old.get(k) != metadata.get(k)]
-            if changed:
-                raise ValueError(f"{self.run_dir} holds a run with different "
-                                 + ", ".join(f"{k} ({old.get(k)!r} != {metadata.get(k)!r})" for k in changed)
-                                 + "; use another --output-dir")
-            return
-        path.write_text(json.dumps(metadata, indent=2) + "\n")
+        if not self.check_metadata(metadata):
+            (self.run_dir / METADATA).write_text(json.dumps(metadata, indent=2) + "\n")

@@ -26,6 +26,7 @@ import shlex
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -288,8 +289,10 @@ def grade(backend: LocalBackend, instance: SweInstance, model_patch: str | None,
 
 
 def grade_all(backend: LocalBackend, patches: dict[str, str | None], instances: list[SweInstance], log_root: Path,
-              workers: int = 1, timeout: float = 900.0) -> list[GradeResult]:
-    """Grade one patch per instance with `workers` threads; logs under log_root/<instance_id>/.
+              workers: int = 1, timeout: float = 900.0,
+              done: Callable[[GradeResult], None] | None = None) -> list[GradeResult]:
+    """Grade one patch per instance with `workers` threads; logs under log_root/<instance_id>/;
+    `done` gets each result as it comes (a grading stopped half-way keeps what it graded).
 
     Ctrl-C kills the builds, installs and tests in flight (they run in their own sessions, out of
     the terminal's reach) before it propagates.
@@ -299,7 +302,10 @@ def grade_all(backend: LocalBackend, patches: dict[str, str | None], instances: 
     todo = [i for i in instances if i.instance_id in patches]
 
     def one(inst: SweInstance) -> GradeResult:
-        return grade(backend, inst, patches[inst.instance_id], log_dir=log_root / inst.instance_id, timeout=timeout)
+        result = grade(backend, inst, patches[inst.instance_id], log_dir=log_root / inst.instance_id, timeout=timeout)
+        if done is not None:
+            done(result)
+        return result
 
     pool = ThreadPoolExecutor(max_workers=max(1, workers))
     try:

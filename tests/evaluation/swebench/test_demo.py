@@ -68,3 +68,10 @@ def test_a_source_that_cannot_give_the_environment_stops_the_demo_with_its_name(
     err = capsys.readouterr().err
     assert "demo-real cannot start: the environment of psf__requests-9999" in err and "psf/requests" in err
     assert not (tmp_path / "o").exists()
+
+
+def test_the_real_demos_default_instances_are_there():
+    from evaluation.swebench import demo
+
+    ids = demo.REAL_INSTANCES.read_text().split()
+    assert len(ids) == 10 and all("__" in i for i in ids)

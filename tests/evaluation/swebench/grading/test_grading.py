@@ -212,3 +212,14 @@ def test_evaluate_cli_names_a_prediction_without_a_patch(by_id, tmp_path, capsys
 def test_evaluate_cli_names_unknown_instances(tmp_path, capsys):
     code = evaluate.main(["--predictions", "gold", "--instance-ids", "nope-1", "--report-dir", str(tmp_path)])
     assert code == 2 and "nope-1" in capsys.readouterr().err
+
+
+def test_evaluate_cli_exits_non_zero_when_no_instance_could_be_graded(by_id, tmp_path, capsys):
+    iid = "marsbench__inireader-17"
+    path = tmp_path / "predictions.jsonl"
+    path.write_text(json.dumps({"instance_id": iid, "model_name_or_path": "m",
+                                "model_patch": "diff --git a/nope.py b/nope.py\n--- a/nope.py\n+++ b/nope.py\n"
+                                               "@@ -1 +1 @@\n-a\n+b\n"}) + "\n")
+    code = evaluate.main(["--predictions", str(path), "--instance-ids", iid, "--report-dir", str(tmp_path),
+                          "--log-root", str(tmp_path / "logs")])
+    assert code == 1 and "error 1" in capsys.readouterr().out

@@ -179,3 +179,18 @@ def test_bad_configuration_is_refused(tmp_path):
     config = DriverConfig(run_dir=tmp_path, agent=_cfg(tmp_path), harness="oracle")
     with pytest.raises(ValueError, match="engine_url"):
         Driver(config, Backend())
+
+
+def test_a_failed_instance_is_one_console_line_and_its_traceback_goes_to_its_log(tmp_path, capsys):
+    import logging
+
+    console = logging.StreamHandler()  # the terminal, as run.main sets it up (WARNING and above)
+    console.setLevel(logging.WARNING)
+    logging.getLogger().addHandler(console)
+    try:
+        _driver(tmp_path, Backend(broken={"c"}), Agent()).run(_instances("c"))
+    finally:
+        logging.getLogger().removeHandler(console)
+    err = capsys.readouterr().err
+    assert "c: RuntimeError: no such image" in err and "Traceback" not in err
+    assert "Traceback" in (tmp_path / "run" / "instances" / "c" / "agent.log").read_text()

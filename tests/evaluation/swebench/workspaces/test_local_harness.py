@@ -403,5 +403,5 @@ def test_environment_errors_are_counted_apart_from_agent_failures(tmp_path, caps
         files.append(RunRecord(iid, "oracle", "local", "", None, "finished", Timings(0.0, 1.0, 1.0, 1.0),
                                report=report), "m")
     assert run.environment_errors(tmp_path) == {"a": "environment error: network_unreachable ('x')"}
-    run._print_summary(RunSummary(tmp_path, attempted=2), 2)
+    run._print_summary(RunSummary(tmp_path, attempted=2), ["a", "b"])
     assert "1 graded as environment errors (not the agents' failures): a: environment error" in capsys.readouterr().out

@@ -1,0 +1,48 @@
+"""What became of a run's instances, counted the same way in every closing line and exit status.
+
+Outcomes: `resolved`, `unresolved`, `empty` (no patch), `error` (the agent failed, or the patch
+could not be graded), and `ungraded` (a finished agent run without grading: `--no-grade`, or full
+mode, where the swebench harness grades afterwards); an interrupted run's rest is `not run`. A run or grading in which every instance
+ended in `error` exits non-zero: nothing could be run or graded.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+
+from evaluation.swebench.grading.grading import EMPTY, ERROR, RESOLVED, UNRESOLVED, GradeResult
+from evaluation.swebench.records import RunRecord
+
+UNGRADED, NOT_RUN = "ungraded", "not run"
+OUTCOMES = (RESOLVED, UNRESOLVED, EMPTY, ERROR)
+
+
+def of_record(record: RunRecord) -> str:
+    """An agent run's outcome: its error, else its grading's status."""
+    if record.error:
+        return ERROR
+    if record.report is None:
+        return UNGRADED
+    status = record.report.get("status")
+    return str(status) if status in OUTCOMES else (RESOLVED if record.resolved else ERROR)
+
+
+def of_grades(results: Iterable[GradeResult]) -> Counter[str]:
+    return Counter(r.status for r in results)
+
+
+def of_records(records: Iterable[RunRecord]) -> Counter[str]:
+    return Counter(of_record(r) for r in records)
+
+
+def line(counts: Counter[str]) -> str:
+    """`resolved 3, unresolved 1, empty 0, error 0 of 4` (and `ungraded N`, `not run N` where there are any)."""
+    parts = [f"{k} {counts[k]}" for k in (*OUTCOMES, UNGRADED, NOT_RUN) if k in OUTCOMES or counts[k]]
+    return f"{', '.join(parts)} of {sum(counts.values())}"
+
+
+def exit_status(counts: Counter[str]) -> int:
+    """1 when no instance could be run or graded (none at all, or every one an error), else 0."""
+    total = sum(counts.values())
+    return 1 if total == 0 or counts[ERROR] == total else 0
