@@ -37,15 +37,14 @@ def test_queueing_is_fcfs_waiting_over_one_percent_or_preempting_one_call_in_a_h
     assert report.queues(cell(thunderagent=pol(100, 100, wait=20), mars=pol(100, 100)))
 
 
-def test_holds_follows_the_acceptance():
-    quiet_ok = cell(fcfs=pol(100, 100), mars=pol(101.5, 101.5))            # within 2 %, nothing queues
-    quiet_bad = cell(fcfs=pol(100, 100), mars=pol(103, 100))
-    busy_bad = cell(fcfs=pol(100, 100, preempt=9), mars=pol(101, 90))      # queues: must not lose at all
-    busy_ok = cell(fcfs=pol(100, 100, preempt=9), mars=pol(100, 90))
-    over_bad = cell(load="overloaded", fcfs=pol(140, 140, preempt=9), mars=pol(100, 100))
-    over_ok = cell(load="overloaded", fcfs=pol(150, 150, preempt=9), mars=pol(100, 100))
-    got = [report.regret(c).holds for c in (quiet_ok, quiet_bad, busy_bad, busy_ok, over_bad, over_ok)]
-    assert got == [True, False, False, True, False, True]
+def test_holds_when_mars_is_at_least_098x_the_best_baseline_on_mean_and_p95():
+    ok = cell(fcfs=pol(100, 100), mars=pol(102, 102))                       # 0.980x on both
+    slow_mean = cell(fcfs=pol(100, 100), mars=pol(102.1, 100))
+    slow_p95 = cell(fcfs=pol(100, 100, preempt=9), mars=pol(90, 102.1))
+    # 1.5x in overloaded cells is a target the summary reports, not part of the verdict
+    over = cell(load="overloaded", fcfs=pol(140, 140, preempt=9), mars=pol(100, 100))
+    got = [report.regret(c).holds for c in (ok, slow_mean, slow_p95, over)]
+    assert got == [True, False, False, True]
 
 
 def test_worst_cell_is_the_lowest_of_either_ratio():
