@@ -36,9 +36,8 @@ The adapter is a thin translation layer; every rule lives in `mars_openhands.cor
   (`mars_openhands.vllm.internals`).
 - events: `apply_events` (called between steps through the EngineCore utility added by
   `mars_openhands.vllm.plugin`) feeds `Policy.on_event`.
-- history: each session's boundary happenings (turns, tool calls, pins taken and released, with
-  engine timestamps) are kept in a bounded `SessionHistory`, so `/mars/v1/stats?session=<id>`
-  can show what the scheduler did for one agent run, in order.
+- history: each session's boundary happenings are kept for inspection
+  (`mars_openhands.vllm.history`).
 - recompute: a preempted call's computed tokens that the prefix-cache lookup on its return does
   not recover are counted in `recomputed_prefill_tokens` (read by `bench-engine`).
 - measurements the policy prices with: free/pinned blocks every step, the waiting work's KV
@@ -55,7 +54,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections import Counter, OrderedDict, deque
+from collections import Counter, deque
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
@@ -71,7 +70,8 @@ from mars_openhands.core import ActiveWindow, EngineShape, Pin, Policy, build_po
 from mars_openhands.core import Request as CoreRequest
 from mars_openhands.core.ordering import FcfsOrdering
 from mars_openhands.core.victim import NewestVictim
-from mars_openhands.events import Event, SessionEnded, ToolCancelled, ToolFinished, ToolStarted, parse_event
+from mars_openhands.events import parse_event
+from mars_openhands.vllm.history import SessionHistory
 from mars_openhands.vllm.internals import check_scheduler_internals
 from mars_openhands.vllm.scheduler_path import scheduler_class_path  # noqa: F401 (re-export)
 from mars_openhands.vllm.session import session_of, tool_hint_of, turn_index_of
@@ -89,65 +89,8 @@ MIN_PREFILL_SAMPLE = 256
 #: Seconds the engine loop naps when only parked requests exist (vLLM would spin at 1 ms).
 PARKED_IDLE_S = 0.01
 
-#: Happenings kept per session (oldest dropped first) and sessions kept (least recently active
-#: dropped first) by `SessionHistory`: enough for a long agent run, a few MB at most.
-HISTORY_PER_SESSION = 256
-HISTORY_SESSIONS = 1024
-
-#: The fields of each kind of history entry, in the order `SessionHistory.add` receives them.
-HISTORY_FIELDS: dict[str, tuple[str, ...]] = {
-    "turn_submitted": ("request_id", "turn_index", "prompt_tokens"),
-    "turn_finished": ("request_id", "turn_index", "output_tokens", "status"),
-    "tool_started": ("tool_name", "command", "call_id", "event_t"),
-    "tool_finished": ("tool_name", "duration_s", "exit_status", "call_id", "event_t"),
-    "tool_cancelled": ("tool_name", "call_id", "event_t"),
-    "session_ended": ("reason", "event_t"),
-    "pin_taken": ("blocks", "ttl_s"),
-    "pin_released": ("reason", "blocks", "held_s"),
-}
-
 #: Counter of each pin-release reason whose name is not `pins_released_on_<reason>`.
 _PIN_COUNTERS = {"resume": "pins_resumed", "ttl": "pins_expired", "revoked": "pins_revoked"}
-
-
-class SessionHistory:
-    """Bounded, ordered record of each session's boundary happenings, for inspection.
-
-    Appending is one tuple into a `deque(maxlen)` (the engine thread pays almost nothing); the
-    dictionaries callers see are built only when asked for.
-    """
-
-    def __init__(self, per_session: int = HISTORY_PER_SESSION,
-                 max_sessions: int = HISTORY_SESSIONS) -> None:
-        if per_session < 1 or max_sessions < 1:
-            raise ValueError(f"SessionHistory bounds must be >= 1 (got per_session={per_session}, "
-                             f"max_sessions={max_sessions})")
-        self.per_session, self.max_sessions = per_session, max_sessions
-        self._logs: OrderedDict[str, list] = OrderedDict()   # session id -> [entries, total added]
-
-    def __len__(self) -> int:
-        return len(self._logs)
-
-    def add(self, session_id: str, t: float, kind: str, *detail: Any) -> None:
-        log = self._logs.get(session_id)
-        if log is None:
-            log = self._logs[session_id] = [deque(maxlen=self.per_session), 0]
-            if len(self._logs) > self.max_sessions:
-                self._logs.popitem(last=False)
-        else:
-            self._logs.move_to_end(session_id)
-        log[0].append((t, kind, detail))
-        log[1] += 1
-
-    def get(self, session_id: str) -> dict | None:
-        """The session's kept entries, oldest first, as dictionaries; None if none are kept."""
-        log = self._logs.get(session_id)
-        if log is None:
-            return None
-        entries, total = log
-        return {"session_id": session_id, "dropped_entries": total - len(entries),
-                "history": [{"t": t, "event": kind, **dict(zip(HISTORY_FIELDS[kind], detail))}
-                            for t, kind, detail in entries]}
 
 
 class _VictimList(list):
@@ -698,23 +641,11 @@ class MarsSchedulerMixin(_SchedulerBase):
         for ev in parsed:
             if self.mars.ignores(ev):       # an inferred tool start of a session with its own events
                 continue
-            self._record_event(ev, now)
+            self.history.add_event(ev, now)
             for pin in self.mars.on_event(ev):
                 self._unpin(pin, ev.TYPE)
         self.mars_counters["events"] += len(parsed)
         return len(parsed)
-
-    def _record_event(self, ev: Event, now: float) -> None:
-        """History entry of a session's boundary event (`event_t`: the sender's own timestamp)."""
-        add = self.history.add
-        if isinstance(ev, ToolStarted):
-            add(ev.session_id, now, ev.TYPE, ev.tool_name, ev.command, ev.call_id, ev.t)
-        elif isinstance(ev, ToolFinished):
-            add(ev.session_id, now, ev.TYPE, ev.tool_name, ev.duration_s, ev.exit_status, ev.call_id, ev.t)
-        elif isinstance(ev, ToolCancelled):
-            add(ev.session_id, now, ev.TYPE, ev.tool_name, ev.call_id, ev.t)
-        elif isinstance(ev, SessionEnded):
-            add(ev.session_id, now, ev.TYPE, ev.reason, ev.t)
 
     def session_history(self, session_id: str) -> dict | None:
         """The session's recorded happenings in order (see `SessionHistory.get`)."""
