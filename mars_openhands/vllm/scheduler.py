@@ -20,9 +20,11 @@ The adapter is a thin translation layer; every rule lives in `mars_openhands.cor
   chunk's token count is corrected in `_update_after_schedule`, before vLLM advances counters.
 - pinning: `_free_blocks` (finish/abort) asks `Policy.on_request_finished`; a pin is one
   `block_pool.touch` of the call's full, hashed, non-null blocks, released by exactly one
-  `block_pool.free_blocks` (`_unpin`). The prefix cache itself serves the next turn.
-- admission: the first call of a session the policy parks waits in `_parked` (outside vLLM's
-  queues) until `Policy.admit` admits its session.
+  `block_pool.free_blocks` (`mars_openhands.vllm.pins`). The prefix cache itself serves the next
+  turn.
+- admission: the first call of a session the policy parks waits in `_parked`
+  (`mars_openhands.vllm.parking`, outside vLLM's queues) until `Policy.admit` admits its session.
+- per-call state: one `TrackedRequest` per call in `_table` (`mars_openhands.vllm.request_table`).
 - active window: with `Policy.max_active` set, admitted calls beyond it wait in the FCFS overflow
   queue of `_window` (`core.window.ActiveWindow`; also outside vLLM's queues) until running +
   waiting has room. Parked and overflow calls are in vLLM's `requests` and counted as waiting by
@@ -56,9 +58,8 @@ import os
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
-from vllm.v1.core.kv_cache_utils import KVCacheBlock
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.output import SchedulerOutput
 from vllm.v1.core.sched.request_queue import FCFSRequestQueue, SchedulingPolicy
@@ -66,13 +67,16 @@ from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.engine import EngineCoreEventType
 from vllm.v1.request import Request, RequestStatus
 
-from mars_openhands.core import ActiveWindow, EngineShape, Pin, Policy, build_policy
+from mars_openhands.core import ActiveWindow, EngineShape, Policy, build_policy
 from mars_openhands.core import Request as CoreRequest
 from mars_openhands.core.ordering import FcfsOrdering
 from mars_openhands.core.victim import NewestVictim
 from mars_openhands.events import parse_event
 from mars_openhands.vllm.history import SessionHistory
 from mars_openhands.vllm.internals import check_scheduler_internals
+from mars_openhands.vllm.parking import ParkedSessions
+from mars_openhands.vllm.pins import PinKeeper
+from mars_openhands.vllm.request_table import RequestTable, TrackedRequest
 from mars_openhands.vllm.scheduler_path import scheduler_class_path  # noqa: F401 (re-export)
 from mars_openhands.vllm.session import session_of, tool_hint_of, turn_index_of
 
@@ -88,9 +92,6 @@ MIN_PREFILL_SAMPLE = 256
 
 #: Seconds the engine loop naps when only parked requests exist (vLLM would spin at 1 ms).
 PARKED_IDLE_S = 0.01
-
-#: Counter of each pin-release reason whose name is not `pins_released_on_<reason>`.
-_PIN_COUNTERS = {"resume": "pins_resumed", "ttl": "pins_expired", "revoked": "pins_revoked"}
 
 
 class _VictimList(list):
@@ -113,13 +114,14 @@ class _VictimList(list):
 class _CoreView(Sequence):
     """The policy's view of a vLLM queue, built only if a strategy actually reads it."""
 
-    def __init__(self, queue: Iterable[Request], creqs: dict[str, CoreRequest]) -> None:
-        self._queue, self._creqs = queue, creqs
+    def __init__(self, queue: Iterable[Request], records: dict[str, TrackedRequest]) -> None:
+        self._queue, self._records = queue, records
         self._items: list[CoreRequest] | None = None
 
     def _list(self) -> list[CoreRequest]:
         if self._items is None:
-            self._items = [self._creqs[r.request_id] for r in self._queue if r.request_id in self._creqs]
+            records = self._records
+            self._items = [records[r.request_id].core for r in self._queue if r.request_id in records]
         return self._items
 
     def __len__(self) -> int:
@@ -164,16 +166,14 @@ class MarsSchedulerMixin(_SchedulerBase):
         self.mars: Policy = build_policy(self.POLICY, shape)   # (vLLM's `self.policy` is FCFS)
         self.mars_counters: Counter[str] = Counter()
         self.history = SessionHistory()
-        self._creqs: dict[str, CoreRequest] = {}
-        self._parked: dict[str, list[Request]] = {}       # session id -> its parked calls
-        self._num_parked = 0
+        self._table = RequestTable()
+        self._parked = ParkedSessions(self.mars.session)
         self._window: ActiveWindow[Request] = ActiveWindow(lambda: self.mars.max_active)
-        self._resume_pins: dict[str, Pin] = {}            # request id -> pin released after lookup
-        self._shrunk: dict[str, int] = {}                 # request id -> tokens actually allocated
+        self._pins = PinKeeper(self.mars, self.kv_cache_manager, self.mars_counters,
+                               clock=lambda: self.clock(), history=lambda: self.history)
+        self._shrunk: dict[str, int] = {}                 # this step: request id -> tokens allocated
         self._alloc_req: Request | None = None            # request being allocated this step
         self._next_demand_s = -1.0
-        self._enqueued_s: dict[str, float] = {}           # request id -> entered vLLM's queues
-        self._lost_on_preempt: dict[str, int] = {}        # request id -> tokens computed when preempted
         self._exec_started = 0.0                           # perf_counter when a step was handed out
         self._exec_prefill = 0                             # prefill tokens of that step
         self._stock_allocate = self.kv_cache_manager.allocate_slots
@@ -192,17 +192,14 @@ class MarsSchedulerMixin(_SchedulerBase):
                            request.num_prompt_tokens, turn_index=turn_index_of(request),
                            cached_tokens=self._expected_hit(request),
                            sessionless=sid == request.request_id)
-        self._creqs[request.request_id] = creq
         self.history.add(creq.session_id, now, "turn_submitted", request.request_id,
                          creq.turn_index, creq.prompt_tokens)
         park = self.mars.on_request_arrival(creq, now)
-        pin = self.mars.resume_pin(creq.session_id)
-        if pin is not None:
-            self._resume_pins[request.request_id] = pin
+        self._table.add(creq, self.mars.resume_pin(creq.session_id))
+        self._parked.refresh(creq.session_id)      # the policy may have re-created the session
         if park:
             self._hold(request)
-            self._parked.setdefault(creq.session_id, []).append(request)
-            self._num_parked += 1
+            self._parked.park(creq.session_id, request)
             self.mars_counters["parked"] += 1
         else:
             self._enter(request)
@@ -229,7 +226,7 @@ class MarsSchedulerMixin(_SchedulerBase):
 
     def _hand_to_vllm(self, request: Request) -> None:
         rid = request.request_id
-        self._enqueued_s[rid] = self.clock()
+        self._table.records[rid].enqueued_s = self.clock()
         held = self.requests.pop(rid, None) is not None     # vLLM registers it afresh
         pending = request.streaming_queue
         super().add_request(request)
@@ -256,16 +253,16 @@ class MarsSchedulerMixin(_SchedulerBase):
         return hit
 
     def _admit_parked(self, now: float) -> None:
-        known = {sid: self.mars.session(sid) for sid in self._parked}
-        backlog = [s for s in known.values() if s is not None]
+        backlog, forgotten = self._parked.backlog()
+        sessions = self.mars.ctx.sessions
+        known = len(sessions)
         admitted = [s.session_id for s in self.mars.admit(backlog, now)]
+        if len(sessions) != known:       # it forgot idle sessions: look the parked ones up again
+            self._parked.mark_stale()
         # A parked session the policy forgot (it ended) must not strand its calls.
-        admitted += [sid for sid, s in known.items() if s is None]
-        for sid in admitted:
-            for request in self._parked.pop(sid, ()):
-                self._num_parked -= 1
-                self.mars_counters["admitted_from_park"] += 1
-                self._enter(request)
+        for request in self._parked.take(admitted + forgotten):
+            self.mars_counters["admitted_from_park"] += 1
+            self._enter(request)
 
     def finish_requests(self, request_ids: str | Iterable[str] | None,
                         finished_status: RequestStatus) -> list[Request]:
@@ -274,20 +271,10 @@ class MarsSchedulerMixin(_SchedulerBase):
         elif request_ids is not None:
             request_ids = set(request_ids)
         dropped: list[Request] = []
-        if self._num_parked:
-            for sid in list(self._parked):
-                keep = []
-                for request in self._parked[sid]:
-                    if request_ids is None or request.request_id in request_ids:
-                        self._drop_held(request, finished_status)
-                        dropped.append(request)
-                    else:
-                        keep.append(request)
-                self._num_parked -= len(self._parked[sid]) - len(keep)
-                if keep:
-                    self._parked[sid] = keep
-                else:
-                    del self._parked[sid]
+        if self._parked:
+            dropped = self._parked.drop(lambda r: request_ids is None or r.request_id in request_ids)
+            for request in dropped:
+                self._drop_held(request, finished_status)
             self.mars_counters["parked_aborted"] += len(dropped)
         if self._window:
             for request in self._window.remove(lambda r: request_ids is None or r.request_id in request_ids):
@@ -315,15 +302,14 @@ class MarsSchedulerMixin(_SchedulerBase):
         running, waiting = super().get_request_counts()
         if self._in_schedule:
             return running, waiting
-        return running, waiting + self._num_parked + len(self._window)
+        return running, waiting + len(self._parked) + len(self._window)
 
     # ---- one step -------------------------------------------------------------------------------
 
     def schedule(self, *args: Any, **kwargs: Any) -> SchedulerOutput:
         now = self.clock()
         self._sync_kv_state(now)
-        for pin in self.mars.expired_pins(now):
-            self._unpin(pin, "ttl")
+        self._pins.expire(now)
         self._admit_parked(now)
         self._fill_active()
         self._order(now)
@@ -339,7 +325,7 @@ class MarsSchedulerMixin(_SchedulerBase):
             if isinstance(self.running, _VictimList):
                 self.running.chooser = None
         self._after_step(out, now)
-        if (self._num_parked or self._window) and not self.running and not self.waiting:
+        if (self._parked or self._window) and not self.running and not self.waiting:
             time.sleep(self.idle_nap_s)
         return out
 
@@ -349,20 +335,9 @@ class MarsSchedulerMixin(_SchedulerBase):
             self._next_demand_s = now + DEMAND_REFRESH_S
             pending = sum(r.num_tokens - r.num_computed_tokens for r in self.waiting)
             demand = -(-pending // self.block_size)
-            revocable = self._revocable_blocks()
+            revocable = self._pins.revocable_blocks(self._table.resume_pins())
         self.mars.observe_kv(self.kv_cache_manager.block_pool.get_num_free_blocks(), demand,
                              revocable_blocks=revocable)
-
-    def _revocable_blocks(self) -> int:
-        """Blocks only pins reference (what revoking every pin frees): a block pinned k times is
-        revocable iff its ref count is k, so pins sharing a prefix, or pinning what a running
-        call also holds, are not counted as capacity they cannot give back."""
-        pinned: dict[int, tuple[KVCacheBlock, int]] = {}
-        for pin in [*self.mars.pins(), *self._resume_pins.values()]:
-            for b in cast("list[KVCacheBlock] | None", pin.handle) or ():
-                _, k = pinned.get(b.block_id, (b, 0))
-                pinned[b.block_id] = (b, k + 1)
-        return sum(1 for b, k in pinned.values() if b.ref_cnt == k)
 
     def _order(self, now: float) -> None:
         if self._native_order():
@@ -370,13 +345,13 @@ class MarsSchedulerMixin(_SchedulerBase):
             # first when waiting): left as vLLM keeps it, so `fcfs` schedules exactly as stock.
             self.running = _VictimList(self.running)
             return
-        creqs, requests = self._creqs, self.requests
-        running = [creqs[r.request_id] for r in self.running]   # synced by the last step
+        records, requests = self._table.records, self.requests
+        running = [records[r.request_id].core for r in self.running]   # synced by the last step
         self.running = _VictimList([requests[c.request_id] for c in self._ordered(running, now)])
         # Waiting order matters only if this step can admit someone.
         if len(self.waiting) > 1 and len(self.running) < min(self.max_num_running_reqs,
                                                               self.max_num_active_reqs):
-            waiting = [creqs[r.request_id] for r in self.waiting]
+            waiting = [records[r.request_id].core for r in self.waiting]
             ordered = [requests[c.request_id] for c in self._ordered(waiting, now)]
             assert isinstance(self.waiting, FCFSRequestQueue)    # __init__ keeps vLLM's FCFS queue
             self.waiting.clear()
@@ -411,9 +386,10 @@ class MarsSchedulerMixin(_SchedulerBase):
             return (super()._reserve_prefill_lookahead(request, num_computed_tokens, num_new_tokens)
                     if self.num_prefill_lookahead else num_new_tokens)
         n = super()._reserve_prefill_lookahead(request, num_computed_tokens, num_new_tokens)
-        c = self._creqs.get(request.request_id)
-        if c is None or n <= 1:
+        rec = self._table.get(request.request_id)
+        if rec is None or n <= 1:
             return n
+        c = rec.core
         # Tokens beyond the request's own (prompt and outputs) are speculative: a decode's draft
         # tokens, or the 1 + k rows vLLM pads a new request whose prompt is fully cached to. With
         # at most one known token left this is a decode step, sized by vLLM and left alone.
@@ -447,10 +423,7 @@ class MarsSchedulerMixin(_SchedulerBase):
         splittable = known > 1 and self.scheduler_config.enable_chunked_prefill
         blocks = self._try_sizes(request, num_new_tokens, args, kwargs, tried=True) if splittable else None
         if blocks is None:
-            for pin in self.mars.revocation_order():
-                if self.mars.release_pin(pin.session_id) is None:
-                    continue
-                self._unpin(pin, "revoked")
+            for _ in self._pins.revoke():
                 blocks = (self._try_sizes(request, num_new_tokens, args, kwargs) if splittable
                           else self._stock_allocate(request, num_new_tokens, *args, **kwargs))
                 if blocks is not None:
@@ -497,9 +470,10 @@ class MarsSchedulerMixin(_SchedulerBase):
             return None
         if type(self.mars.victim) is NewestVictim and self._native_order():
             victim = pool[-1]               # newest in vLLM's own order: stock's `running.pop()`
-            victim_c = self._sync_blocks(self._creqs[victim.request_id])
+            victim_c = self._sync_blocks(self._table.records[victim.request_id].core)
         else:
-            victim_c = self.mars.choose_victim([self._sync_blocks(self._creqs[r.request_id]) for r in pool])
+            records = self._table.records
+            victim_c = self.mars.choose_victim([self._sync_blocks(records[r.request_id].core) for r in pool])
             victim = self.requests[victim_c.request_id]
         list.remove(running, victim)
         self.mars.on_preempted(victim_c, self.clock())
@@ -507,12 +481,12 @@ class MarsSchedulerMixin(_SchedulerBase):
         return victim
 
     def _preempt_request(self, request: Request, *args: Any, **kwargs: Any) -> None:
-        rid = request.request_id
-        self._lost_on_preempt[rid] = request.num_computed_tokens
+        rec = self._table.get(request.request_id)
+        if rec is not None:
+            rec.lost_on_preempt = request.num_computed_tokens
         super()._preempt_request(request, *args, **kwargs)
-        c = self._creqs.get(request.request_id)
-        if c is not None:
-            c.computed_tokens = 0
+        if rec is not None:
+            rec.core.computed_tokens = 0
 
     def _sync_blocks(self, c: CoreRequest) -> CoreRequest:
         self._sync(c)
@@ -531,14 +505,14 @@ class MarsSchedulerMixin(_SchedulerBase):
         super()._update_after_schedule(scheduler_output)
 
     def _after_step(self, out: SchedulerOutput, now: float) -> None:
-        creqs, requests, resume, lost = self._creqs, self.requests, self._resume_pins, self._lost_on_preempt
+        records, requests = self._table.records, self.requests
         spec = out.scheduled_spec_decode_tokens
         scheduled, prefill = [], 0
         for rid, n in out.num_scheduled_tokens.items():
-            c = creqs.get(rid)
-            if c is None:
+            rec = records.get(rid)
+            if rec is None:
                 continue
-            r = requests[rid]
+            c, r = rec.core, requests[rid]
             c.computed_tokens = min(r.num_computed_tokens, r.num_prompt_tokens)
             scheduled.append((c, n))
             if n > 1:          # draft and padding rows of a decode are not prefill
@@ -546,13 +520,16 @@ class MarsSchedulerMixin(_SchedulerBase):
                 if known > 1:
                     prefill += known
             if not c.started:           # queueing delay inside the engine ends here
-                self.mars.observe_prefill_start(now - self._enqueued_s.pop(rid, now))
-            if resume and rid in resume:  # its prefix lookup is done: it holds the blocks now
-                self._unpin(resume.pop(rid), "resume")
-            if lost and rid in lost:      # back after preemption: what the prefix cache lost
+                enqueued, rec.enqueued_s = rec.enqueued_s, None
+                self.mars.observe_prefill_start(now - (now if enqueued is None else enqueued))
+            if rec.resume_pin is not None:    # its prefix lookup is done: it holds the blocks now
+                pin, rec.resume_pin = rec.resume_pin, None
+                self._pins.release(pin, "resume")
+            if rec.lost_on_preempt is not None:   # back after preemption: what the cache lost
                 hit = r.num_computed_tokens - n
-                self.mars_counters["recomputed_prefill_tokens"] += max(0, lost.pop(rid) - hit)
-        self.mars.on_step(scheduled, _CoreView(self.waiting, creqs), now)
+                self.mars_counters["recomputed_prefill_tokens"] += max(0, rec.lost_on_preempt - hit)
+                rec.lost_on_preempt = None
+        self.mars.on_step(scheduled, _CoreView(self.waiting, records), now)
         self._exec_prefill, self._exec_started = prefill, time.perf_counter()
 
     def update_from_output(self, scheduler_output: SchedulerOutput, model_runner_output: Any):
@@ -570,15 +547,12 @@ class MarsSchedulerMixin(_SchedulerBase):
     def _forget(self, request: Request, aborted: bool) -> None:
         """Account a finished or aborted call; pin its blocks if the policy offers it."""
         rid = request.request_id
-        c = self._creqs.pop(rid, None)
-        self._enqueued_s.pop(rid, None)
-        self._lost_on_preempt.pop(rid, None)
-        pin = self._resume_pins.pop(rid, None)
-        if pin is not None:
-            self._unpin(pin, "resume")
-        if c is None:
+        rec = self._table.pop(rid)
+        if rec is None:
             return
-        now = self.clock()
+        if rec.resume_pin is not None:
+            self._pins.release(rec.resume_pin, "resume")
+        c, now = rec.core, self.clock()
         self._sync(c, request)
         self.history.add(c.session_id, now, "turn_finished", rid, c.turn_index, c.output_tokens,
                          "aborted" if aborted else "finished")
@@ -586,46 +560,26 @@ class MarsSchedulerMixin(_SchedulerBase):
             hint = tool_hint_of(request, c.session_id, now)
             if hint is not None and self.mars.hint_tool(c.session_id, hint):
                 self.mars_counters["tool_hints"] += 1
-        blocks = [] if aborted else self._pinnable_blocks(rid)
+        blocks = [] if aborted else self._pins.pinnable_blocks(rid)
         decision = self.mars.on_request_finished(c, len(blocks), now)
+        self._parked.refresh(c.session_id)         # the call may have ended its session
         for old in decision.release:
-            self._unpin(old, "finish")
+            self._pins.release(old, "finish")
         if aborted:
             held = self.mars.release_pin(c.session_id)
             if held is not None:
-                self._unpin(held, "abort")
+                self._pins.release(held, "abort")
         elif decision.pin is not None:
-            self.kv_cache_manager.block_pool.touch(blocks)
-            self.mars.record_pin(c.session_id, len(blocks), decision.pin, now, handle=blocks)
-            self.mars_counters["pins_created"] += 1
-            self.history.add(c.session_id, now, "pin_taken", len(blocks), decision.pin.ttl_s)
-
-    def _pinnable_blocks(self, rid: str) -> list[KVCacheBlock]:
-        """The call's full, hashed, non-null blocks in all KV groups (what the next turn can hit)."""
-        return [b for m in self.kv_cache_manager.coordinator.single_type_managers
-                for b in m.req_to_blocks.get(rid, ())
-                if not b.is_null and b.block_hash is not None]
-
-    def _unpin(self, pin: Pin, reason: str) -> None:
-        """Release one pin: exactly one `free_blocks` per `touch`, tail blocks evicted first.
-
-        `reason`: resume, ttl, revoked, finish, abort, reset, or the event type that released it.
-        """
-        blocks = cast("list[KVCacheBlock] | None", pin.handle)    # what _free_blocks pinned
-        if blocks is None:
-            raise RuntimeError(f"pin of session {pin.session_id!r} released twice")
-        pin.handle = None
-        self.kv_cache_manager.block_pool.free_blocks(reversed(blocks))
-        self.mars_counters[_PIN_COUNTERS.get(reason, f"pins_released_on_{reason}")] += 1
-        now = self.clock()
-        self.history.add(pin.session_id, now, "pin_released", reason, pin.blocks, now - pin.pinned_s)
+            self._pins.take(c.session_id, blocks, decision.pin, now)
 
     def release_all_pins(self) -> int:
         pins = self.mars.release_all_pins()
         for pin in pins:
-            self._unpin(pin, "reset")
-        for rid in list(self._resume_pins):
-            self._unpin(self._resume_pins.pop(rid), "reset")
+            self._pins.release(pin, "reset")
+        for rec in self._table.records.values():
+            if rec.resume_pin is not None:
+                pin, rec.resume_pin = rec.resume_pin, None
+                self._pins.release(pin, "reset")
         return len(pins)
 
     def reset_prefix_cache(self, *args: Any, **kwargs: Any) -> bool:
@@ -643,7 +597,10 @@ class MarsSchedulerMixin(_SchedulerBase):
                 continue
             self.history.add_event(ev, now)
             for pin in self.mars.on_event(ev):
-                self._unpin(pin, ev.TYPE)
+                self._pins.release(pin, ev.TYPE)
+            sid = getattr(ev, "session_id", None)
+            if sid is not None:
+                self._parked.refresh(sid)           # the event may have ended its session
         self.mars_counters["events"] += len(parsed)
         return len(parsed)
 
@@ -657,7 +614,7 @@ class MarsSchedulerMixin(_SchedulerBase):
         return {
             **self.mars.stats(),
             "engine": {"running": running, "waiting": waiting,
-                       "parked_requests": self._num_parked, "parked_sessions": len(self._parked),
+                       "parked_requests": len(self._parked), "parked_sessions": self._parked.sessions,
                        "overflow_requests": len(self._window),
                        "free_blocks": pool.get_num_free_blocks(),
                        "total_blocks": pool.num_gpu_blocks - 1,
