@@ -68,7 +68,8 @@ class CalledFrom:
 _SCHED = "vllm.v1.core.sched.scheduler.Scheduler"
 _KVM = "vllm.v1.core.kv_cache_manager.KVCacheManager"
 
-#: What `mars_openhands.vllm.scheduler` overrides, wraps or calls, with the parameters it uses.
+#: What `mars_openhands.vllm.adapter` (the scheduler classes' mixin) overrides, wraps or calls, with the
+#: parameters it uses.
 REQUIRED: tuple[Internal | CalledFrom, ...] = (
     Internal(_SCHED, "add_request", ("request",)),
     Internal(_SCHED, "finish_requests", ("request_ids", "finished_status")),

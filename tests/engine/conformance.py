@@ -109,7 +109,7 @@ def store_connector_config() -> KVTransferConfig:
 
 def held_requests(s: Any) -> list[Any]:
     """Calls the MARS adapter holds outside vLLM's queues (parked and overflow)."""
-    parked = [r for calls in getattr(s, "_parked", {}).values() for r in calls]
+    parked = list(getattr(s, "_parked", ()))
     return parked + list(getattr(s, "_window", ()))
 
 
@@ -286,7 +286,7 @@ class Workout:
                   "remote_kv": RequestStatus.WAITING_FOR_REMOTE_KVS,
                   "grammar": RequestStatus.WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR}
         if state == "parked":
-            pool = [r for calls in getattr(s, "_parked", {}).values() for r in calls]
+            pool = list(getattr(s, "_parked", ()))
         elif state == "overflow":
             pool = list(getattr(s, "_window", ()))
         elif state == "running":

@@ -112,7 +112,7 @@ def test_recompute_after_preemption_counts_what_the_prefix_cache_did_not_recover
     hit = s.requests["new"].num_computed_tokens - out.num_scheduled_tokens["new"]
     assert s.mars_counters["recomputed_prefill_tokens"] == lost - hit > 0
     h.run()
-    assert not s._lost_on_preempt
+    assert all(rec.lost_on_preempt is None for rec in s._table.records.values())
 
 
 def test_pinned_session_hits_its_prefix_after_pressure_and_unpinned_does_not(model_dir):

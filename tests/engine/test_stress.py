@@ -115,7 +115,7 @@ def stress(policy: str, sessions: int, seed: int, async_scheduling: bool = False
         assert steps < 200_000
     # Drain: idle pins of ended sessions are gone; nothing else may hold a block.
     h.run(max_steps=10_000)
-    assert not s.mars.ctx.pins.total_blocks and not s._resume_pins
+    assert not s.mars.ctx.pins.total_blocks and not list(s._table.resume_pins())
     assert s.get_request_counts() == (0, 0) and not s.requests
     assert h.free_blocks == start, f"{start - h.free_blocks} KV blocks leaked"
     return {"steps": steps, "aborted": aborted, **s.mars_counters}
