@@ -508,3 +508,42 @@ def test_an_overloaded_tool_plane_pauses_the_youngest_sessions_beyond_cpu_cap():
         finish(p, reqs[sid], t + 0.1)
     assert adm.stats()["suspended"] == 2                          # 6 admitted, cpu_cap 4
     assert [sid for sid in reqs if not p.ctx.sessions[sid].admitted] == ["s4", "s5"]   # youngest
+
+
+def test_reprefill_per_turn_is_the_service_beyond_new_prompt_tokens_and_output():
+    p = mars()
+    req, _ = arrive(p, "s", 0, 1000, 0.0)
+    p.admit([p.ctx.sessions["s"]], 0.0)
+    req.attained_tokens = 1100                                        # prompt + output: nothing again
+    finish(p, req, 1.0, output=100)                                   # context 1,100
+    assert p.ctx.reprefill_tokens == 0.0
+    req, _ = arrive(p, "s", 1, 1300, 2.0)                             # 200 new tokens
+    req.attained_tokens = 1350                                        # the 1,100 lost were recomputed
+    finish(p, req, 3.0, output=50)
+    assert p.ctx.reprefill_tokens == pytest.approx(0.2 * 1100)        # EMA 0.2 from 0
+
+
+@pytest.mark.parametrize("fallback", [True, False])
+def test_new_sessions_are_admitted_within_what_stays_resident_while_turns_reprefill(fallback):
+    """When calls recompute more context than a turn adds, sharing the cache in time is costing
+    re-prefill: new sessions are admitted only while the working set fits resident
+    (ThunderAgent's guarantee); the pausing window is unchanged."""
+    p = mars(total=1000, w_init=50, residency_fallback=fallback)
+    reqs = {sid: arrive(p, sid, 0, 4000, 0.0)[0] for sid in ("s0", "s1", "s2")}
+    p.admit([p.ctx.sessions[sid] for sid in reqs], 0.0)
+    for req in reqs.values():                                     # all three go to a tool
+        finish(p, req, 1.0)
+    t = 1.0
+    while p.stats()["admission"]["kv_window_blocks"] < 3000:      # both windows grow past resident
+        t += 0.2
+        p.admit([], t)
+    p.ctx.reprefill_tokens = p.ctx.turn_growth_tokens + 1.0       # measured: turns lose context
+    arrive(p, "s0", 1, 4100, t)                                   # one is back (the engine is busy)
+    t += 0.2
+    p.admit([], t)
+    st = p.stats()["admission"]
+    assert st["resident_only"] is fallback
+    assert st["kv_window_blocks"] > 3000                          # nobody is paused for it
+    assert (st["kv_admit_window_blocks"] == 900) is fallback      # floor(0.9 x 1000)
+    arrive(p, "new", 0, 3000, t)
+    assert (p.admit([p.ctx.sessions["new"]], t) == []) is fallback    # 3 x 257 + 188 > 900
