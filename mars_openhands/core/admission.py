@@ -88,9 +88,6 @@ class AimdConfig:
     max_long_inflight: int = 2
     #: Off: admit by the session window only (the paper's control plane, for ablation).
     kv_window: bool = True
-    #: Fall back to what stays resident (K = resident) while calls measurably re-prefill more
-    #: context than a turn adds (see `AimdAdmission._move_kv_window`).
-    residency_fallback: bool = True
 
     def __post_init__(self) -> None:
         w_init = self.w_init if self.w_init is not None else self.w_min
@@ -343,7 +340,6 @@ class AimdAdmission(Admission):
         self.engaged_share = 1.0
         self.engaged_peak = 1.0
         self.tool_share = 1.0
-        self.resident_only = False
 
     @property
     def limit(self) -> int:
@@ -412,13 +408,6 @@ class AimdAdmission(Admission):
         self.engaged_peak = max(share, self.engaged_peak + SHARE_EMA * (share - self.engaged_peak))
         self.kv_window = resident / max(self.engaged_share, MIN_SHARE)
         self.kv_admit_window = resident / max(self.engaged_peak, MIN_SHARE)
-        # Residency fallback: while calls measurably recompute more context than a turn adds,
-        # new sessions are admitted only within what stays resident (ThunderAgent's guarantee);
-        # pausing still follows the shared window (pausing too measured worse, docs/policies.md).
-        self.resident_only = (self.config.residency_fallback
-                              and ctx.reprefill_tokens > ctx.turn_growth_tokens)
-        if self.resident_only:
-            self.kv_admit_window = min(self.kv_admit_window, resident)
         excess = ws.blocks - self.kv_window
         extra = len(ws.sessions) - self.cpu_cap if self.pressure.cpu_overloaded and self.cpu_cap else 0
         self._to_suspend = set()
@@ -492,5 +481,4 @@ class AimdAdmission(Admission):
                 "kv_usage": p.kv_usage, "budget_blocks": p.budget_blocks,
                 "mode": self.balancer.mode, "long_in_flight": len(self.balancer.long_sessions),
                 "suspended": self.suspended, "idle_admits": self.idle_admits,
-                "resident_only": self.resident_only,
                 "arrival_rate": self.balancer.arrival_rate()}

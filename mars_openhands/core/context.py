@@ -69,7 +69,3 @@ class PolicyContext:
     #: from arrivals: the new prompt minus the last call's prompt + output; condensation
     #: counts as 0); admission predicts each session's next footprint with it.
     turn_growth_tokens: float = 0.0
-    #: EMA (per finished call) of the tokens a call computed again: its service beyond the new
-    #: prompt tokens (over the session's previous context) and its output, i.e. context the
-    #: session had computed before and lost (evicted across a tool gap, or preempted).
-    reprefill_tokens: float = 0.0

@@ -349,10 +349,6 @@ class Policy:
         s = ctx.sessions.get(req.session_id)
         if s is None:
             return decision
-        prev = s.context_tokens if s.turns_finished else 0
-        fresh = req.prompt_tokens - prev if req.prompt_tokens > prev else 0
-        again = max(0, req.attained_tokens - fresh - req.output_tokens)
-        ctx.reprefill_tokens += GROWTH_EMA * (again - ctx.reprefill_tokens)
         s.turns_finished += 1
         s.service_tokens += req.attained_tokens
         s.context_tokens = req.context_tokens
