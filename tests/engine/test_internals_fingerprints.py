@@ -81,7 +81,7 @@ def test_every_verified_release_is_accepted_and_others_refused(monkeypatch):
     monkeypatch.setattr(version, "installed_vllm", lambda: ("vllm", "0.34.1"))
     with pytest.raises(version.UntestedVllmError,
                        match=r"vllm 0\.34\.1 is not a tested release \(tested: vllm==0\.32\.0, "
-                             r"vllm==0\.33\.0, vllm==0\.34\.0\).*Install vllm==0\.34\.0"):
+                             r"vllm==0\.33\.0, vllm==0\.34\.0\).*Install vllm==0\.33\.0"):
         version.check_vllm_version()
 
 
