@@ -2,7 +2,7 @@
 
 Reads the release's own Python source, from a wheel or a source tree (a checkout, an unpacked
 sdist, or an installed `site-packages/vllm`), and writes its entry into
-`mars_openhands/vllm/vllm_fingerprints.json`, keyed by the release version. Nothing is imported
+`mars_openhands/vllm/release/vllm_fingerprints.json`, keyed by the release version. Nothing is imported
 from the release and no vLLM source is kept.
 
     pip download --no-deps --only-binary=:all: --platform manylinux_2_28_x86_64 vllm==0.34.0 -d /tmp/vw
@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from mars_openhands.vllm.fingerprint import (  # noqa: E402
+from mars_openhands.vllm.release.fingerprint import (  # noqa: E402
     FINGERPRINTS,
     FingerprintError,
     fingerprint,

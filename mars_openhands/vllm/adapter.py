@@ -32,7 +32,7 @@
 - `--scheduling-policy priority`: request priority is the first sort key, the policy's order
   decides within one priority, and victims come from the lowest priority class.
 - internals: building a class checks the vLLM release and every wrapped internal
-  (`mars_openhands.vllm.internals`).
+  (`mars_openhands.vllm.release.internals`).
 - events: `apply_events` (called between steps through the EngineCore utility added by
   `mars_openhands.vllm.plugin`) feeds `Policy.on_event`.
 - history: each session's boundary happenings are kept for inspection
@@ -69,10 +69,10 @@ from mars_openhands.core.ordering import FcfsOrdering
 from mars_openhands.core.victim import NewestVictim
 from mars_openhands.events import parse_event
 from mars_openhands.vllm.history import SessionHistory
-from mars_openhands.vllm.internals import check_scheduler_internals
 from mars_openhands.vllm.parking import ParkedSessions
 from mars_openhands.vllm.pins import PinKeeper
 from mars_openhands.vllm.queue_views import CoreView, VictimList
+from mars_openhands.vllm.release.internals import check_scheduler_internals
 from mars_openhands.vllm.request_table import RequestTable
 from mars_openhands.vllm.session import session_of, tool_hint_of, turn_index_of
 

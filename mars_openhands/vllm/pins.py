@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, cast
 
 from mars_openhands.core import Pin, PinOffer, Policy
+from mars_openhands.vllm.release.compat import free_blocks
 
 if TYPE_CHECKING:
     from vllm.v1.core.kv_cache_manager import KVCacheManager
@@ -55,7 +56,9 @@ class PinKeeper:
         if blocks is None:
             raise RuntimeError(f"pin of session {pin.session_id!r} released twice")
         pin.handle = None
-        self.kv.block_pool.free_blocks(reversed(blocks))
+        # A revoked pin's session is one the policy chose to stop retaining: on vLLM >= 0.34 its
+        # blocks go to the front of the free queue, evicted before other cached blocks.
+        free_blocks(self.kv.block_pool, reversed(blocks), evict_first=reason == "revoked")
         self.counters[_PIN_COUNTERS.get(reason, f"pins_released_on_{reason}")] += 1
         now = self.clock()
         self.history().add(pin.session_id, now, "pin_released", reason, pin.blocks, now - pin.pinned_s)

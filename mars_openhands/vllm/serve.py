@@ -23,7 +23,7 @@ from pathlib import Path
 from mars_openhands.core import policy_names
 from mars_openhands.procs import stop_group
 from mars_openhands.stopping import stop_on_signals
-from mars_openhands.vllm.version import UntestedVllmError, check_vllm_version, is_cpu_build
+from mars_openhands.vllm.release.version import UntestedVllmError, check_vllm_version, is_cpu_build
 
 PLUGINS = ("mars_engine", "mars_endpoints")
 GRACE_S = 20.0

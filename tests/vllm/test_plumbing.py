@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from mars_openhands.core import policy_names
-from mars_openhands.vllm import serve, version
+from mars_openhands.vllm import serve
+from mars_openhands.vllm.release import version
 from mars_openhands.vllm.scheduler_path import MODULE, class_stem, scheduler_class_path
 from mars_openhands.vllm.session import session_of, turn_index_of
 

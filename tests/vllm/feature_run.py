@@ -1,7 +1,7 @@
 """One real-engine feature run (see `test_features_live`), in a process of its own: vLLM keeps
 per-process state (kernel dispatch tables) that a second in-process engine trips over.
 
-    python tests/engine/feature_run.py FEATURE POLICY MODEL_DIR   # last line: a JSON result
+    python tests/vllm/feature_run.py FEATURE POLICY MODEL_DIR   # last line: a JSON result
 """
 from __future__ import annotations
 
@@ -12,12 +12,11 @@ from pathlib import Path
 
 os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"     # EngineCore in this process
 os.environ.setdefault("MARS_TOOL_WORKERS", "2")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from engine.conformance import check_no_leak, check_output, check_state  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from mars_openhands.events import SessionEnded, ToolFinished, ToolStarted  # noqa: E402
 from mars_openhands.vllm.scheduler_path import scheduler_class_path  # noqa: E402
+from tests.vllm.conformance import check_no_leak, check_output, check_state  # noqa: E402
 
 SPEC = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3, "prompt_lookup_min": 1}
 

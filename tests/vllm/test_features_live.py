@@ -32,7 +32,7 @@ NO_CPU_OFFLOAD = "CPU Offloading is currently only supported on CUDA-alike and X
 def test_feature_serves_a_replay_with_the_invariants(feature, policy, tiny_model):
     proc = subprocess.run([sys.executable, str(RUNNER), feature, policy, str(tiny_model)],
                           capture_output=True, text=True, timeout=600)
-    from mars_openhands.vllm.version import is_cpu_build
+    from mars_openhands.vllm.release.version import is_cpu_build
     if feature == "cpu-offload" and is_cpu_build():
         assert proc.returncode != 0 and NO_CPU_OFFLOAD in proc.stderr, proc.stderr[-4000:]
         return

@@ -5,7 +5,7 @@ import inspect
 
 import pytest
 
-from mars_openhands.vllm import compat, fingerprint, version
+from mars_openhands.vllm.release import compat, fingerprint, version
 
 FPS = fingerprint.load()
 FREE = "vllm.v1.core.block_pool.BlockPool.free_blocks"

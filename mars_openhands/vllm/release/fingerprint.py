@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mars_openhands.vllm.internals import REQUIRED, CalledFrom, Internal
+from mars_openhands.vllm.release.internals import REQUIRED, CalledFrom, Internal
 
 FINGERPRINTS = Path(__file__).with_name("vllm_fingerprints.json")
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from mars_openhands.vllm.version import check_vllm_version
+from mars_openhands.vllm.release.version import check_vllm_version
 
 
 class VllmInternalsError(RuntimeError):
@@ -125,7 +125,7 @@ def check_scheduler_internals(scheduler: Any = None) -> None:
     if problems:
         raise VllmInternalsError(
             "the MARS scheduler adapter does not match the installed vLLM: " + "; ".join(problems)
-            + ". Install a verified vLLM release (see mars_openhands/vllm/version.py)")
+            + ". Install a verified vLLM release (see mars_openhands/vllm/release/version.py)")
 
 
 def _instance_problems(sched: Any) -> list[str]:

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
-from mars_openhands.vllm import fingerprint, internals, version
+from mars_openhands.vllm.release import fingerprint, internals, version
 
 FPS = fingerprint.load()
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 FREE = "vllm.v1.core.block_pool.BlockPool.free_blocks"
 
 

