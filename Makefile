@@ -59,18 +59,22 @@ $(AGENT_VENV)/.done: pyproject.toml
 	$(AGENT_PY) -m mars_openhands.openhands.autopatch install
 	touch $@
 
-# The same agent tests against the newest SDK release on PyPI (no CLI: it pins the old SDK).
+# The same agent tests against the newest SDK release tested (no CLI: it pins the old SDK). Pinned so
+# that "latest" does not drift between setups; raise OPENHANDS_LATEST_VERSION after testing a newer
+# one (the stamp names the version, so the environment is rebuilt on the next run).
+OPENHANDS_LATEST_VERSION := 1.58.2
 AGENT_LATEST_VENV := .venv-agent-latest
-$(AGENT_LATEST_VENV)/.done: pyproject.toml
+AGENT_LATEST_DONE := $(AGENT_LATEST_VENV)/.done-sdk-$(OPENHANDS_LATEST_VERSION)
+$(AGENT_LATEST_DONE): pyproject.toml
 	@test -n "$(PYTHON312)" || { echo "error: Python 3.12 not found; install it (pyenv install 3.12) or pass PYTHON312=/path/to/python3.12" >&2; exit 1; }
 	$(PYTHON312) -m venv $(AGENT_LATEST_VENV)
 	$(AGENT_LATEST_VENV)/bin/python -m pip install -q --upgrade pip
 	$(AGENT_LATEST_VENV)/bin/python -m pip install -q -e '.[dev]' swebench==5.0.2 'tenacity>=8.2' 'httpx>=0.27'
-	$(AGENT_LATEST_VENV)/bin/python -m pip install -q --upgrade openhands-sdk openhands-tools openhands-workspace openhands-agent-server
+	$(AGENT_LATEST_VENV)/bin/python -m pip install -q $(foreach p,sdk tools workspace agent-server,openhands-$(p)==$(OPENHANDS_LATEST_VERSION))
 	$(AGENT_LATEST_VENV)/bin/python -m mars_openhands.openhands.autopatch install
 	touch $@
 
-test-agent-latest: $(AGENT_LATEST_VENV)/.done
+test-agent-latest: $(AGENT_LATEST_DONE)
 	$(AGENT_LATEST_VENV)/bin/python -m pip list 2>/dev/null | grep -i '^openhands'
 	$(AGENT_LATEST_VENV)/bin/python -m pytest -q -m "agent and not slow" $(PYTEST_ARGS) || [ $$? -eq 5 ]
 

@@ -306,29 +306,38 @@ def test_generic_spec_rules():
 # ---- the agent's terminal --------------------------------------------------------------------
 
 def test_terminal_env_follows_the_terminals_working_directory(tmp_path):
-    from openhands.tools.terminal.terminal import tmux_pane_pool
+    """Real terminals, started concurrently the way the SDK resolves an agent's "terminal" tool."""
+    from types import SimpleNamespace
+
+    from openhands.sdk import Tool
+    from openhands.sdk.tool.registry import resolve_tool
+    from openhands.tools.terminal import TerminalAction, TerminalTool
 
     terminal_env.install()
     terminal_env.install()  # idempotent
-    assert getattr(tmux_pane_pool.TmuxPanePool.initialize, "__mars_terminal_env__", False)
-    seen: list[tuple[str, str | None]] = []
-
-    def init(self):  # what a terminal's initialize does with the environment, without starting tmux
-        seen.append((self.work_dir, tmux_pane_pool.sanitized_env().get("VIRTUAL_ENV")))
-
-    wrapped = terminal_env._wrap_init(init)
     a, b = tmp_path / "a", tmp_path / "b"
     a.mkdir(), b.mkdir()
-    with terminal_env.for_directory(a, {"VIRTUAL_ENV": "/envs/a"}), \
-            terminal_env.for_directory(b, {"VIRTUAL_ENV": "/envs/b"}):
-        threads = [threading.Thread(target=wrapped, args=(type("T", (), {"work_dir": str(d)})(),)) for d in (a, b)]
+
+    def probe(work_dir: Path) -> None:  # what the agent's shell in work_dir sees
+        state = SimpleNamespace(workspace=SimpleNamespace(working_dir=str(work_dir)),
+                                env_observation_persistence_dir=None)
+        [tool] = resolve_tool(Tool(name=TerminalTool.name), state)
+        assert type(tool) is TerminalTool
+        try:
+            tool.executor(TerminalAction(command='printf %s "${MARS_PROBE-unset}" > probe.txt'))
+        finally:
+            tool.executor.close()
+
+    with terminal_env.for_directory(a, {"MARS_PROBE": "/envs/a"}), \
+            terminal_env.for_directory(b, {"MARS_PROBE": "/envs/b"}):
+        threads = [threading.Thread(target=probe, args=(d,)) for d in (a, b)]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
-    assert sorted(seen) == [(str(a), "/envs/a"), (str(b), "/envs/b")]
-    wrapped(type("T", (), {"work_dir": str(a)})())  # after the block: the process's own environment
-    assert seen[-1] == (str(a), os.environ.get("VIRTUAL_ENV"))
+    assert ((a / "probe.txt").read_text(), (b / "probe.txt").read_text()) == ("/envs/a", "/envs/b")
+    probe(a)  # after the block: the process's own environment
+    assert (a / "probe.txt").read_text() == os.environ.get("MARS_PROBE", "unset")
     assert terminal_env.variables_for(a) == {}
 
 
