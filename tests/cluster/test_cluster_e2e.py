@@ -175,12 +175,14 @@ def test_sessions_land_on_one_replica_each_and_a_killed_replica_leaves_the_other
             r = _chat(client, model, moved, 4, timeout=20)   # a call the router sent to the dying
         except httpx.TimeoutException:          # replica once hung there until the client gave up)
             r = None
-        if r is not None and r.status_code == 200:
+        # vLLM gets SIGTERM when its launcher dies and drains gracefully: on a loaded host the dying
+        # replica can still answer a call or two, so failover is the first answer from the survivor.
+        if r is not None and r.status_code == 200 and _history(alive, moved) is not None:
             break
         failed += 1
         assert time.monotonic() - t0 < 120, f"no failover after {failed} failed calls"
         time.sleep(0.5)
-    print(f"\nfailover: {failed} failed calls of the moved session, {time.monotonic() - t0:.1f} s")
+    print(f"\nfailover: {failed} calls of the moved session before the survivor answered, {time.monotonic() - t0:.1f} s")
     assert _chat(client, model, survivor, 4).status_code == 200
     moved_there = _kinds(_history(alive, moved))
     assert moved_there.count("turn_submitted") == 1          # a new session on the survivor
