@@ -9,21 +9,7 @@ import pytest
 from mars_openhands.matrix import report, run
 from mars_openhands.matrix.bound import BOUND
 from mars_openhands.metrics import FIELDS
-
-TINY = """
-profile = "h200-qwen3-coder-30b"
-seed = 2
-sessions = 3
-[kv]
-nominal = 1.0
-[load]
-overloaded = 3.0
-[[cells]]
-family = "swe"
-tool_workers = [4, 64]
-kv = "nominal"
-load = "overloaded"
-"""
+from tests.matrix.test_run import TINY  # the same tiny grid
 
 
 def pol(mean, p95):
