@@ -182,7 +182,8 @@ def test_sessions_land_on_one_replica_each_and_a_killed_replica_leaves_the_other
         failed += 1
         assert time.monotonic() - t0 < 120, f"no failover after {failed} failed calls"
         time.sleep(0.5)
-    print(f"\nfailover: {failed} calls of the moved session before the survivor answered, {time.monotonic() - t0:.1f} s")
+    print(f"\nfailover: {failed} calls of the moved session before the survivor answered, "
+          f"{time.monotonic() - t0:.1f} s")
     assert _chat(client, model, survivor, 4).status_code == 200
     moved_there = _kinds(_history(alive, moved))
     assert moved_there.count("turn_submitted") == 1          # a new session on the survivor
