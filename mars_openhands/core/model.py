@@ -26,6 +26,11 @@ class Request:
     turn_index: int = 0
     #: The caller named no session: the call is a session of its own, ended when it finishes.
     sessionless: bool = False
+    #: vLLM's `Request.priority` (smaller first under `--scheduling-policy priority`; 0 elsewhere).
+    priority: int = 0
+    #: vLLM's `Request.arrival_time` (the front end's stamp), by which vLLM breaks priority ties;
+    #: None where the engine has no such stamp (the simulator): `arrival_s` stands for it.
+    arrival_time: float | None = None
     # engine-owned state
     computed_tokens: int = 0      # prompt tokens in KV (prefix hits included); 0 after preemption
     cached_tokens: int = 0        # prefix-cache hit the engine expects for it (known before admission)

@@ -26,8 +26,18 @@ def size_level(tokens: int, bounds: Sequence[int] = LEVEL_BOUNDS) -> int:
     return bisect_left(bounds, tokens)
 
 
+def vllm_priority_key(req: Request) -> tuple[int, float, str]:
+    """vLLM's priority order (`Request.__lt__`): priority (smaller first), then the request's own
+    arrival time, then its id. The order of every stock ordering under `--scheduling-policy
+    priority`; its first two items rank preemption victims there (the largest yields)."""
+    stamp = req.arrival_time
+    return (req.priority, req.arrival_s if stamp is None else stamp, req.request_id)
+
+
 class FcfsOrdering(Ordering):
     """vLLM's default: first come, first served per request; no prefill quantum."""
+
+    stock = True
 
     def key(self, req: Request, ctx: PolicyContext) -> SortKey:
         return (req.arrival_s,)

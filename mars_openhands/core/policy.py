@@ -11,9 +11,11 @@ in the same order, and never reach into its strategies or context, so a rule is 
             in an FCFS overflow queue (`core.window.ActiveWindow`). MARS uses its admission
             `w_max` when one is configured; None = unbounded (the default: admission bounds it).
   step      `observe_kv(...)`; `expired_pins(now)`; `order(requests, now)` or, for an engine that
-            keeps a queue sorted, `sort_key(now)`; `chunk_tokens(req, budget, remaining)`;
+            keeps a queue sorted, `sort_key(now)` (`stock_order`: the engine's own FCFS queues
+            may stay as they are); `chunk_tokens(req, budget, remaining)`;
             on an allocation failure: `shrink(tokens)`, then `revocation_order()` pins, then
-            `choose_victim(candidates)` + `on_preempted(victim, now)`; a call's first prefill
+            `choose_victim(candidates)` + `on_preempted(victim, now)` (vLLM's priority policy:
+            `order` and `choose_victim` with `by_priority`); a call's first prefill
             chunk: `observe_prefill_start(wait_s)`; finally `on_step(scheduled, waiting, now)`
             and `observe_prefill(tokens, seconds)`.
   finish    `on_request_finished(req, blocks, now)` -> pins to release + an offer to pin the
@@ -33,6 +35,7 @@ from dataclasses import dataclass, field
 from mars_openhands.core.boundaries import BoundaryInference, HeldEvents, is_inferred
 from mars_openhands.core.context import PolicyContext
 from mars_openhands.core.model import Pin, PinOffer, Request, Session
+from mars_openhands.core.ordering import vllm_priority_key
 from mars_openhands.core.strategies import (
     Admission,
     ChunkSizer,
@@ -43,6 +46,7 @@ from mars_openhands.core.strategies import (
     StatValue,
     VictimSelector,
 )
+from mars_openhands.core.victim import NewestVictim
 from mars_openhands.events import (
     CpuTelemetry,
     EngineTelemetry,
@@ -288,8 +292,26 @@ class Policy:
         key, ctx = self.ordering.key, self.ctx
         return [key(r, ctx) for r in requests]
 
-    def order(self, requests: Sequence[Request], now: float) -> list[Request]:
-        return sorted(requests, key=self.sort_key(now))
+    def order(self, requests: Sequence[Request], now: float, by_priority: bool = False) -> list[Request]:
+        """`requests` in the order to serve them. `by_priority` (vLLM's `--scheduling-policy
+        priority`): request priority first (smaller first), then the ordering's key; a stock
+        ordering is then exactly vLLM's priority order (`vllm_priority_key`)."""
+        if not by_priority:
+            return sorted(requests, key=self.sort_key(now))
+        if self.ordering.stock:
+            return sorted(requests, key=vllm_priority_key)
+        key = self.sort_key(now)
+        return sorted(requests, key=lambda r: (r.priority, *key(r)))
+
+    @property
+    def stock_order(self) -> bool:
+        """The order is vLLM's own request FCFS: an engine may keep its native queues as they are."""
+        return self.ordering.stock
+
+    @property
+    def stock_victim(self) -> bool:
+        """Victims are vLLM's own too (the newest under request FCFS): an engine may take its own."""
+        return self.ordering.stock and type(self.victim) is NewestVictim
 
     def chunk_tokens(self, req: Request, budget: int, remaining: int | None = None) -> int:
         """Tokens to schedule for `req` this step within `budget`: 1 for a decode, else a prefill
@@ -323,9 +345,16 @@ class Policy:
         pins = self.ctx.pins
         return [p for p in (pins.pop(pin.session_id) for pin in pins) if p is not None]
 
-    def choose_victim(self, candidates: Sequence[Request]) -> Request:
+    def choose_victim(self, candidates: Sequence[Request], by_priority: bool = False) -> Request:
+        """The running request to preempt. `by_priority`: only the lowest priority class (largest
+        value) yields, as in vLLM; with stock victims, its latest arrival (vLLM's own rule)."""
         if not candidates:
             raise ValueError("choose_victim: no candidates")
+        if by_priority:
+            worst = max(r.priority for r in candidates)
+            candidates = [r for r in candidates if r.priority == worst]
+            if self.stock_victim:
+                return max(candidates, key=lambda r: vllm_priority_key(r)[:2])
         return self.victim.choose(candidates, self.ctx)
 
     def on_preempted(self, req: Request, now: float) -> None:

@@ -30,6 +30,9 @@ class Ordering(ABC):
     #: Most requests the engine keeps in its active set (running + waiting); later arrivals wait in
     #: an FCFS overflow queue and enter as room frees up. None = unbounded (vLLM's default).
     max_active: int | None = None
+    #: The order is vLLM's own request FCFS: an engine may keep its native queues as they are, and
+    #: under vLLM's priority policy it is vLLM's priority order (`ordering.vllm_priority_key`).
+    stock: bool = False
 
     @abstractmethod
     def key(self, req: Request, ctx: PolicyContext) -> SortKey:

@@ -30,7 +30,9 @@
   fully cached new prompt to) mark a decode step, which is never capped, shrunk or counted as
   prefill.
 - `--scheduling-policy priority`: request priority is the first sort key, the policy's order
-  decides within one priority, and victims come from the lowest priority class.
+  decides within one priority (for a stock-order policy: vLLM's own, by the request's
+  `arrival_time`, then its id), and victims come from the lowest priority class
+  (`Policy.order` / `Policy.choose_victim` with `by_priority`).
 - internals: building a class checks the vLLM release and every wrapped internal
   (`mars_openhands.vllm.release.internals`).
 - events: `apply_events` (called between steps through the EngineCore utility added by
@@ -65,8 +67,6 @@ from vllm.v1.request import Request, RequestStatus
 
 from mars_openhands.core import ActiveWindow, EngineShape, Policy, build_policy
 from mars_openhands.core import Request as CoreRequest
-from mars_openhands.core.ordering import FcfsOrdering
-from mars_openhands.core.victim import NewestVictim
 from mars_openhands.events import parse_event
 from mars_openhands.vllm.history import SessionHistory
 from mars_openhands.vllm.parking import ParkedSessions
@@ -150,7 +150,8 @@ class MarsSchedulerMixin(_SchedulerBase):
         creq = CoreRequest(request.request_id, sid, now,
                            request.num_prompt_tokens, turn_index=turn_index_of(request),
                            cached_tokens=self._expected_hit(request),
-                           sessionless=sid == request.request_id)
+                           sessionless=sid == request.request_id, priority=request.priority,
+                           arrival_time=request.arrival_time)
         self.history.add(creq.session_id, now, "turn_submitted", request.request_id,
                          creq.turn_index, creq.prompt_tokens)
         park = self.mars.on_request_arrival(creq, now)
@@ -317,20 +318,16 @@ class MarsSchedulerMixin(_SchedulerBase):
             self.waiting.extend(ordered)
         if self.by_priority and len(self.kv_holding_waiting) > 1:
             assert isinstance(self.kv_holding_waiting, FCFSRequestQueue)
-            holding = sorted(self.kv_holding_waiting, key=lambda r: r.priority)   # stable
+            holding = sorted(self.kv_holding_waiting)     # vLLM's own priority queue order
             self.kv_holding_waiting.clear()
             self.kv_holding_waiting.extend(holding)
 
     def _native_order(self) -> bool:
-        return not self.by_priority and type(self.mars.ordering) is FcfsOrdering
+        return not self.by_priority and self.mars.stock_order
 
     def _ordered(self, creqs: list[CoreRequest], now: float) -> list[CoreRequest]:
-        """The policy's order; with `--scheduling-policy priority`, by request priority first
-        (smaller first, as vLLM's priority queue) and the policy's order within one priority."""
-        if not self.by_priority:
-            return self.mars.order(creqs, now)
-        key, requests = self.mars.sort_key(now), self.requests
-        return sorted(creqs, key=lambda c: (requests[c.request_id].priority, key(c)))
+        """The policy's order (with `--scheduling-policy priority`, priority first: `Policy.order`)."""
+        return self.mars.order(creqs, now, by_priority=self.by_priority)
 
     def _sync(self, c: CoreRequest, r: Request | None = None) -> CoreRequest:
         """Copy vLLM's counters into the policy's view (policy-owned fields are left alone)."""
@@ -422,17 +419,15 @@ class MarsSchedulerMixin(_SchedulerBase):
         current = self._alloc_req
         start = next((i for i, r in enumerate(running) if r is current), 0)
         pool = running[start:]
-        if self.by_priority and pool:      # only the lowest priority class (largest value) yields
-            worst = max(r.priority for r in pool)
-            pool = [r for r in pool if r.priority == worst]
         if not pool:
             return None
-        if type(self.mars.victim) is NewestVictim and self._native_order():
+        if self.mars.stock_victim and self._native_order():
             victim = pool[-1]               # newest in vLLM's own order: stock's `running.pop()`
             victim_c = self._sync_blocks(self._table.records[victim.request_id].core)
         else:
             records = self._table.records
-            victim_c = self.mars.choose_victim([self._sync_blocks(records[r.request_id].core) for r in pool])
+            victim_c = self.mars.choose_victim([self._sync_blocks(records[r.request_id].core) for r in pool],
+                                               by_priority=self.by_priority)
             victim = self.requests[victim_c.request_id]
         list.remove(running, victim)
         self.mars.on_preempted(victim_c, self.clock())

@@ -232,3 +232,39 @@ def test_pinned_session_key_uses_the_pin_table():
     assert p.order([a, b], 1.5) == [b, a]
     p.release_pin("b")
     assert p.order([a, b], 1.5) == [a, b]
+
+
+# ---- vLLM's priority policy ----------------------------------------------------------------
+
+def _stamped(p, rid: str, received: float, stamp: float, priority: int, prompt: int = 100) -> Request:
+    req = Request(rid, rid, received, prompt, priority=priority, arrival_time=stamp)
+    p.on_request_arrival(req, received)
+    return req
+
+
+@pytest.mark.parametrize("name", ["fcfs", "infercept", "thunderagent", "mars-no-priority"])
+def test_a_stock_order_under_priority_is_vllms_priority_queue(name):
+    """(priority, the request's own arrival_time, id), whatever order the engine received them in."""
+    p = build_policy(name, SHAPE)
+    assert p.stock_order and p.stock_victim
+    a = _stamped(p, "a", 0.0, 3.0, 1)
+    b = _stamped(p, "b", 1.0, 1.0, 1)
+    c = _stamped(p, "c", 2.0, 9.0, 0)
+    d = _stamped(p, "d", 3.0, 1.0, 1)
+    assert [r.request_id for r in p.order([a, b, c, d], 4.0, by_priority=True)] == ["c", "b", "d", "a"]
+    assert [r.request_id for r in p.order([a, b, c, d], 4.0)] == ["a", "b", "c", "d"]   # by arrival_s
+    assert p.choose_victim([c, a, b], by_priority=True) is a      # lowest priority, latest stamp
+    assert p.choose_victim([c, a, b]) is c                          # newest received
+
+
+def test_a_policy_of_its_own_keeps_its_order_within_a_priority():
+    """MARS under priority: priority first, then its MLFQ (a short job before a long one that was
+    stamped earlier); victims only from the lowest priority class, chosen by its own rule."""
+    p = build_policy("mars-no-admission", SHAPE)
+    assert not p.stock_order and not p.stock_victim
+    long = _stamped(p, "long", 0.0, 0.0, 1, prompt=20_000)
+    short = _stamped(p, "short", 1.0, 5.0, 1, prompt=100)
+    urgent = _stamped(p, "urgent", 2.0, 9.0, 0, prompt=20_000)
+    assert [r.request_id for r in p.order([long, short, urgent], 3.0, by_priority=True)] == [
+        "urgent", "short", "long"]
+    assert p.choose_victim([urgent, long, short], by_priority=True) is long     # level 2 before 0

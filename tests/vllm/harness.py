@@ -71,9 +71,11 @@ _hasher = get_request_block_hasher(BLOCK, sha256_cbor)
 
 
 def make_request(rid: str, prompt: list[int], max_tokens: int = 4, session: str | None = None,
-                 extra: dict | None = None, priority: int = 0, **params) -> Request:
+                 extra: dict | None = None, priority: int = 0, arrival_time: float | None = None,
+                 **params) -> Request:
     sampling = SamplingParams(max_tokens=max_tokens, ignore_eos=True, extra_args=extra, **params)
-    return Request(rid, prompt, sampling, None, block_hasher=_hasher, session_id=session, priority=priority)
+    return Request(rid, prompt, sampling, None, block_hasher=_hasher, session_id=session, priority=priority,
+                   arrival_time=arrival_time)
 
 
 @dataclass
