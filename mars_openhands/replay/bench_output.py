@@ -67,7 +67,7 @@ def run_result(policy: str, sessions: list[SessionTrace], run: PolicyRun, costs:
     preemptions = int(_counter(after, "vllm:num_preemptions") - _counter(before, "vllm:num_preemptions"))
     return RunResult(policy, results, recomputed_prefill_tokens=int(missed + preempt_recompute),
                      prefix_hit_tokens=int(hits), pinned_block_seconds=float(pinned_bs),
-                     preemptions=preemptions, timeline=list(outcome.timeline))
+                     preemptions=preemptions, held_idle_s=outcome.held_idle_s, timeline=list(outcome.timeline))
 
 
 def turn_rows(policy: str, outcome: ReplayOutcome) -> list[dict[str, Any]]:

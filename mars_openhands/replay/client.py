@@ -28,6 +28,7 @@ from mars_openhands.events import CpuTelemetry, Event, SessionEnded, ToolCancell
 from mars_openhands.replay.engine import Completion, EngineClient, EngineError, EventSink
 from mars_openhands.replay.prompts import SessionPrompts, TokenSpace, TurnShape
 from mars_openhands.replay.tools import ToolPool
+from mars_openhands.replay.watchdog import CallKey, EngineActivity, Stall, StallWatchdog
 from mars_openhands.sim.routing import EVENT_MODES
 from mars_openhands.workload.trace import SessionTrace
 
@@ -70,6 +71,10 @@ class ReplayOutcome:
     events_sent: int
     events_dropped: int
     timeline: list[TimelinePoint] = field(default_factory=list)     # from the sampler
+    #: Set when the watchdog ended the replay (`ReplayConfig.stall_after_s`).
+    stall: Stall | None = None
+    #: Seconds the engine sat idle while the policy held calls outside it (sampled; see watchdog).
+    held_idle_s: float = 0.0
 
 
 @dataclass
@@ -85,10 +90,15 @@ class ReplayConfig:
     #: knows nothing of MARS; the engine sees only its calls (the session id and turn index they
     #: carry). `inferred`: only what the engine infers from replies ending with tool calls.
     events: str = "real"
+    #: End the replay once the engine has been idle this long with calls outstanding, no tool
+    #: running and nothing finishing (`watchdog.StallWatchdog`); None: wait as long as it takes.
+    stall_after_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.events not in EVENT_MODES:
             raise ValueError(f"ReplayConfig.events must be one of {', '.join(EVENT_MODES)}, got {self.events!r}")
+        if self.stall_after_s is not None and self.stall_after_s <= 0:
+            raise ValueError(f"ReplayConfig.stall_after_s must be > 0, got {self.stall_after_s!r}")
 
 
 def stat_value(d: StatsDoc, *paths: str) -> float | None:
@@ -111,6 +121,20 @@ def timeline_point(t: float, stats: StatsDoc, metrics: dict[str, float]) -> Time
             int(metrics.get("vllm:num_requests_running", 0)), int(metrics.get("vllm:num_requests_waiting", 0)))
 
 
+def engine_activity(stats: StatsDoc, metrics: dict[str, float]) -> EngineActivity | None:
+    """What the engine has in hand: from the MARS stats document (`engine.running` / `.waiting`:
+    vLLM's own queues, with the parked and overflow calls beside them), else from vLLM's gauges (a
+    stock server: nothing held outside its queues); None when neither says."""
+    running, waiting = stat_value(stats, "engine.running"), stat_value(stats, "engine.waiting")
+    if running is not None and waiting is not None:
+        held = sum(stat_value(stats, f"engine.{k}") or 0 for k in ("parked_requests", "overflow_requests"))
+        return EngineActivity(int(running), int(waiting), int(held))
+    gauges = metrics.get("vllm:num_requests_running"), metrics.get("vllm:num_requests_waiting")
+    if gauges[0] is None or gauges[1] is None:
+        return None
+    return EngineActivity(int(gauges[0]), int(gauges[1]), None)
+
+
 def _drop(*events: Event) -> None:
     """The event sink of a replay that sends no events."""
 
@@ -128,6 +152,11 @@ class Replayer:
         self._emit = self.sink.emit if self.config.events == "real" else _drop
         self._ema_wait = 0.0
         self._t0 = 0.0
+        self._calls: dict[CallKey, float] = {}     # outstanding calls -> when sent (replay time)
+        self._progress = 0                         # calls and tools finished so far
+        self._watchdog = StallWatchdog(self.config.stall_after_s) if self.config.stall_after_s else None
+        self._stall: Stall | None = None
+        self._stalled = asyncio.Event()
 
     def _now(self) -> float:
         return time.monotonic() - self._t0
@@ -150,6 +179,7 @@ class Replayer:
             self._emit(ToolCancelled(session_id=s.session_id, t=time.time(), tool_name=tool.name,
                                          call_id=call_id))
             raise
+        self._progress += 1
         self._ema_wait += TOOL_WAIT_EMA * (run.queue_wait_s - self._ema_wait)
         rec.tool_queue_wait_s, rec.tool_run_s = run.queue_wait_s, run.run_s
         self._emit(ToolFinished(session_id=s.session_id, t=time.time(), tool_name=tool.name,
@@ -160,15 +190,20 @@ class Replayer:
     async def _complete(self, prompt: list[int], output_tokens: int, session_id: str, k: int,
                         rec: SessionRecord) -> Completion:
         failed = 0
-        while True:
-            try:
-                return await self.engine.complete(prompt, output_tokens, session_id, k)
-            except (EngineError, httpx.HTTPError):
-                if failed >= self.config.call_retries:
-                    raise
-                failed += 1
-                rec.failed_calls += 1
-                await asyncio.sleep(self.config.retry_backoff_s)
+        self._calls[session_id, k] = self._now()
+        try:
+            while True:
+                try:
+                    return await self.engine.complete(prompt, output_tokens, session_id, k)
+                except (EngineError, httpx.HTTPError):
+                    if failed >= self.config.call_retries:
+                        raise
+                    failed += 1
+                    rec.failed_calls += 1
+                    await asyncio.sleep(self.config.retry_backoff_s)
+        finally:
+            del self._calls[session_id, k]
+            self._progress += 1
 
     async def _session(self, s: SessionTrace, rec: SessionRecord) -> None:
         await asyncio.sleep(max(0.0, s.arrival_s - self._now()))
@@ -205,10 +240,20 @@ class Replayer:
         while True:
             try:
                 stats, metrics = await asyncio.gather(self.engine.stats(), self.engine.metrics())
-                timeline.append(timeline_point(self._now(), stats, metrics))
             except (httpx.HTTPError, ValueError):
-                pass
+                stats, metrics = None, {}
+            else:
+                timeline.append(timeline_point(self._now(), stats, metrics))
+            if self._watchdog is not None:
+                self._watch(engine_activity(stats, metrics))
             await asyncio.sleep(self.config.sample_interval_s)
+
+    def _watch(self, activity: EngineActivity | None) -> None:
+        assert self._watchdog is not None
+        stall = self._watchdog.observe(self._now(), activity, self._calls, self._progress, self.pool.in_flight)
+        if stall is not None and self._stall is None:
+            self._stall = stall
+            self._stalled.set()
 
     async def run(self, sessions: list[SessionTrace]) -> ReplayOutcome:
         """Replay every session; a failed session is recorded (finish_s None) and does not stop others."""
@@ -218,11 +263,22 @@ class Replayer:
         self.sink.start()
         sampler = asyncio.create_task(self._sample(timeline))
         tasks = [asyncio.create_task(self._session(s, r)) for s, r in zip(sessions, records)]
+        everyone = asyncio.gather(*tasks)
+        stalled = asyncio.create_task(self._stalled.wait())
         try:
-            await asyncio.gather(*tasks)
+            await asyncio.wait((everyone, stalled), return_when=asyncio.FIRST_COMPLETED)
+            if everyone.done():
+                everyone.result()              # a session's unexpected exception, as before
         finally:
-            for t in (*tasks, sampler):
+            for t in (*tasks, sampler, stalled):
                 t.cancel()
-            await asyncio.gather(*tasks, sampler, return_exceptions=True)
+            await asyncio.gather(*tasks, sampler, stalled, return_exceptions=True)
+            everyone.cancel()
             await self.sink.close()
-        return ReplayOutcome(records, self._now(), self.sink.sent, self.sink.dropped, timeline)
+        if self._stall is not None:
+            for rec in records:
+                if rec.finish_s is None and rec.error is None:
+                    rec.error = f"the replay stalled ({self._stall.describe()})"
+        held_idle = self._watchdog.held_idle_s if self._watchdog is not None else 0.0
+        return ReplayOutcome(records, self._now(), self.sink.sent, self.sink.dropped, timeline,
+                             stall=self._stall, held_idle_s=held_idle)

@@ -36,6 +36,10 @@ class FakeEngine:
     fail_session: str | None = None           # answer this session's requests with HTTP 500
     fail_first: int = 0                       # answer the first N completions with HTTP 500
     events_status: int = 200                  # force an error status on /mars/v1/events
+    #: Hold these sessions' calls (None: every session's) unanswered, as an admission gate that never
+    #: admits them while the engine idles; /mars/v1/stats then reports them parked.
+    hold: set[str] | None = field(default_factory=set)
+    held: int = 0                             # held calls whose client is still waiting
     requests: list[dict] = field(default_factory=list)
     events: list[dict] = field(default_factory=list)
     event_batches: int = 0
@@ -80,6 +84,8 @@ class FakeEngine:
                 return JSONResponse({"error": {"message": "bad prompt ids"}}, status_code=400)
             n = body["max_tokens"]
             assert body["min_tokens"] == n and body["ignore_eos"] and body["return_token_ids"]
+            if self.hold is None or sid in self.hold:
+                return StreamingResponse(self._held(), media_type="text/event-stream")
             cached = self.lookup(prompt)
             self.hits += cached
             self.queries += len(prompt)
@@ -116,7 +122,10 @@ class FakeEngine:
         @app.get("/mars/v1/stats")
         async def stats(session: str | None = None):
             if session is None:
-                return {"admission": {"window": 4.0}, "pinned_blocks": 3}
+                doc: dict = {"admission": {"window": 4.0}, "pinned_blocks": 3}
+                if self.hold != set():
+                    doc["engine"] = {"running": 0, "waiting": 0, "parked_requests": self.held}
+                return doc
             calls = [r for r in self.requests if r["session"] == session]
             if not calls:
                 return JSONResponse({"error": f"no history of session {session!r}"}, status_code=404)
@@ -134,6 +143,15 @@ class FakeEngine:
                 f'vllm:cache_config_info{{block_size="{self.block}",engine="0"}} 1.0\n')
 
         return app
+
+    async def _held(self):
+        """A reply that never comes; the client's disconnect ends it."""
+        self.held += 1
+        try:
+            await asyncio.Event().wait()
+            yield ""
+        finally:
+            self.held -= 1
 
 
 class ServedFake:
@@ -169,7 +187,8 @@ if __name__ == "__main__":
     import subprocess
     import sys
     port, policy = int(sys.argv[1]), sys.argv[2]
-    fake = FakeEngine(token_delay_s=0.0005)
+    # With FAKE_SERVE_HOLD=POLICY the engine of that policy holds every call (a stalled gate).
+    fake = FakeEngine(token_delay_s=0.0005, hold=None if os.environ.get("FAKE_SERVE_HOLD") == policy else set())
     print(f"fake engine policy={policy} port={port} args={sys.argv[3:]}", flush=True)
     if os.environ.get("FAKE_SERVE_ESCAPE") == "1":
         child = subprocess.Popen(["sleep", "300"], start_new_session=True)

@@ -168,3 +168,28 @@ def test_comparison_table_gives_the_simulators_error_per_policy() -> None:
     assert "110.0 / 180.0" in fcfs and fcfs.rstrip().endswith("+10% / -10%")
     mars = next(line for line in lines if line.startswith("mars"))
     assert mars.rstrip().endswith("-")
+
+
+def test_a_stalled_policy_is_reported_and_the_next_one_still_runs(fake_serve, model_dir, tmp_path, monkeypatch,
+                                                                  capsys):
+    """The thunderagent engine holds every call while it idles (FAKE_SERVE_HOLD): its replay ends
+    after --stall-after with a verdict in the table and summary; fcfs after it runs to the end, and
+    no engine process is left."""
+    monkeypatch.setenv("FAKE_SERVE_HOLD", "thunderagent")
+    out = tmp_path / "out"
+    t0 = time.monotonic()
+    rc = bench.main([*SMALL, "--policies", "thunderagent,fcfs", "--model", str(model_dir), "--stall-after", "1",
+                     "--no-sim", "--out", str(out)])
+    assert rc == 0 and time.monotonic() - t0 < 60
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["policies"]["thunderagent"]["completed"] == 0 and summary["policies"]["fcfs"]["completed"] == 3
+    stall = summary["stalls"]["thunderagent"]
+    assert set(summary["stalls"]) == {"thunderagent"} and stall["idle_s"] >= 1.0 and stall["held"] >= 1
+    trace = {json.loads(line)["session_id"] for line in (out / "trace.jsonl").read_text().splitlines()}
+    assert stall["calls"] and {c["session_id"] for c in stall["calls"]} <= trace
+    assert summary["held_idle_s"]["thunderagent"] >= 1.0 and summary["held_idle_s"]["fcfs"] == 0.0
+    table = (out / "table.md").read_text()
+    assert "| thunderagent (stalled) |" in table and "thunderagent: stalled: engine idle" in table
+    printed = capsys.readouterr()
+    assert "thunderagent (stalled)" in printed.out and "thunderagent: stalled: engine idle" in printed.err
+    assert _python_children() == []

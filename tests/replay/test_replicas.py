@@ -206,7 +206,7 @@ def test_the_bench_replays_through_the_router_and_survives_a_killed_replica(tmp_
     plan = BenchPlan(["fcfs"], sessions, "test", SPACE, {s.session_id: plan_shapes(s, SPACE, 1.0) for s in sessions},
                      [], 4096)
     args = argparse.Namespace(tool_workers=2, replicas=2, token_scale=1.0, tool_time_scale=1.0,
-                              kill_replica_after=0.8, events="real")
+                              kill_replica_after=0.8, events="real", stall_after=60.0)
     served = [ServedFake(FakeEngine()), ServedFake(FakeEngine())]
     with served[0], served[1]:
         port = free_port()
