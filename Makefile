@@ -29,7 +29,7 @@ help:
 	@echo "make bench-matrix every policy on the workload x host matrix in the simulator (BENCH_MATRIX_ARGS=--quick: ~12 cells)"
 	@echo "make bench-engine real vLLM engine replay, every policy (small model, scarce KV; BENCH_ENGINE_ARGS)"
 	@echo "make swebench-dataset  check the bundled SWE-bench task repo and compile it to parquet (offline)"
-	@echo "make swebench-gold     grade every bundled task's gold patch on the host (no Docker)"
+	@echo "make swebench-gold     grade every bundled task's gold patch on the host (no Docker; OUT RESUME REPLACE)"
 	@echo "make swebench-run      SWE-bench through OpenHands agents on a MARS engine (DATASET SPLIT INSTANCES WORKERS POLICY MODEL ENGINE_URL OUT RESUME REPLACE)"
 	@echo "make demo              MARS vs FCFS: the offline SWE-bench set with K concurrent agents, table + plots under runs/demo (WORKERS OUT)"
 	@echo "make demo-real         MARS vs FCFS on 10 real SWE-bench Lite instances (SWEBENCH_DATASET, MARS_SWEBENCH_REPO_SOURCES; WORKERS OUT), under runs/demo-real"
@@ -146,9 +146,10 @@ swebench-dataset: setup-agent
 	$(AGENT_PY) -m evaluation.swebench.taskrepo.validate
 	HF_HUB_OFFLINE=1 $(AGENT_VENV)/bin/swebench dataset build $(SWEBENCH_TASKS) -o $(SWEBENCH_OUT)
 
+# swebench-gold: a new runs/swebench/grade-offline-gold-<UTC time> per run, or OUT (RESUME, REPLACE: below)
 swebench-gold: setup-agent
-	$(AGENT_PY) -m evaluation.swebench.grading.evaluate --predictions gold --run-id gold \
-		--log-root $(SWEBENCH_OUT)/logs --report-dir $(SWEBENCH_OUT) --workers 2
+	$(AGENT_PY) -m evaluation.swebench.grading.evaluate --predictions gold --run-id gold --workers 2 \
+		$(RUN_DIR_ARGS)
 
 # SWE-bench through OpenHands agents on a MARS-scheduled vLLM engine (evaluation/swebench/run.py).
 # Offline without a Docker daemon (bundled tasks, oracle harness unless MARS_CONFIG names a model);
@@ -167,8 +168,9 @@ MARS_CONFIG ?=
 MODE ?=
 PREDICTIONS ?=
 # OUT: the run folder (default: a new runs/swebench/<mode>-<dataset>-<policy|predictions>-<UTC time> per run;
-# demo, demo-real: a new folder under runs/demo, runs/demo-real). One that holds another run is refused
-# unless RESUME=1 (continue it) or REPLACE=1 (delete it first); the same command with the same OUT resumes.
+# swebench-gold: runs/swebench/grade-offline-gold-<UTC time>; demo, demo-real: a new folder under runs/demo,
+# runs/demo-real). One that holds another run is refused unless RESUME=1 (continue it) or REPLACE=1
+# (delete it first); the same command with the same OUT resumes.
 OUT ?=
 RESUME ?=
 REPLACE ?=

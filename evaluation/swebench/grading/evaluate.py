@@ -5,6 +5,10 @@
 
 Writes swebench's per-instance logs under ``<log-root>/<run-id>/<model>/<instance>/`` and a
 run summary ``<model>.<run-id>.json`` with swebench's report fields, and prints the summary.
+By default both go to a run folder of their own, as every run's (``runs/run_dirs.py``): a new
+``runs/swebench/grade-<task repo>-<predictions>-<UTC time>`` each time, or ``--out`` (the same
+grading again re-grades in it; another run there is refused unless ``--resume`` or ``--replace``);
+``--log-root`` / ``--report-dir`` without ``--out`` write exactly there instead.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from tqdm import tqdm  # noqa: E402
 from evaluation.swebench.grading.grading import EMPTY, ERROR, RESOLVED, UNRESOLVED, GradeResult, grade  # noqa: E402
 from evaluation.swebench.inputs import InputError, load_predictions_file  # noqa: E402
 from evaluation.swebench.records import JSONDict, Prediction, SweInstance  # noqa: E402
-from evaluation.swebench.runs import outcomes  # noqa: E402
+from evaluation.swebench.runs import outcomes, run_dirs  # noqa: E402
 from evaluation.swebench.taskrepo.tasks import TASK_REPO, load_instances  # noqa: E402
 
 
@@ -85,28 +89,53 @@ def _log_name(model: str) -> str:
     return (model or "None").replace("/", "__")
 
 
+def _places(args: argparse.Namespace, instances: list[SweInstance]) -> tuple[Path, Path]:
+    """(log root, report folder): in the run's folder (claimed as `run_dirs` claims every run's),
+    unless --log-root or --report-dir without --out name the places themselves."""
+    if args.out is None and (args.log_root is not None or args.report_dir is not None):
+        if args.resume or args.replace:
+            raise InputError("--resume and --replace need a run folder: pass --out")
+        return args.log_root or Path("logs/run_evaluation"), args.report_dir or Path(".")
+    preds = args.predictions if args.predictions == "gold" else str(Path(args.predictions).resolve())
+    bundled = args.task_repo.resolve() == TASK_REPO.resolve()
+    identity: JSONDict = {"kind": "grading", "task_repo": "bundled" if bundled else str(args.task_repo.resolve()),
+                          "predictions": preds, "run_id": args.run_id,
+                          "instances": sorted(i.instance_id for i in instances)}
+    out = args.out or run_dirs.default_dir("grade", "offline" if bundled else args.task_repo.name,
+                                           Path(args.predictions).stem)
+    run_dirs.claim(out, identity, resume=args.resume, replace=args.replace)
+    print(f"grading into {out}", file=sys.stderr)
+    return args.log_root or out / "logs", args.report_dir or out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Grade SWE-bench predictions on the host, without Docker.")
     parser.add_argument("--predictions", required=True, help="a .json/.jsonl predictions file, or 'gold'")
     parser.add_argument("--instance-ids", nargs="*", default=None)
     parser.add_argument("--run-id", default="host")
     parser.add_argument("--task-repo", type=Path, default=TASK_REPO)
-    parser.add_argument("--log-root", type=Path, default=Path("logs/run_evaluation"))
-    parser.add_argument("--report-dir", type=Path, default=Path("."))
+    parser.add_argument("--out", type=Path, help="the run folder (default: a new runs/swebench/grade-... "
+                        "per run, unless --log-root or --report-dir say where)")
+    parser.add_argument("--resume", action="store_true", help="grade in --out although it holds another run")
+    parser.add_argument("--replace", action="store_true", help="delete what --out holds first")
+    parser.add_argument("--log-root", type=Path, help="swebench's logs (default: OUT/logs, without a run "
+                        "folder logs/run_evaluation)")
+    parser.add_argument("--report-dir", type=Path, help="the summary's folder (default: OUT, without a run folder .)")
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per eval script")
     args = parser.parse_args(argv)
     try:
         instances = load_instances(args.instance_ids, args.task_repo)
         predictions = load_predictions(args.predictions, args.instance_ids, args.task_repo)
-        results = run(predictions, instances, args.run_id, args.log_root, args.workers, args.timeout)
+        log_root, report_dir = _places(args, instances)
+        results = run(predictions, instances, args.run_id, log_root, args.workers, args.timeout)
     except (FileNotFoundError, ValueError, InputError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     model = _log_name(predictions[0].model_name_or_path) if predictions else "None"
     summary = summarize(results, args.run_id, model, len(instances))
-    args.report_dir.mkdir(parents=True, exist_ok=True)
-    out = args.report_dir / f"{model}.{args.run_id}.json"
+    report_dir.mkdir(parents=True, exist_ok=True)
+    out = report_dir / f"{model}.{args.run_id}.json"
     out.write_text(json.dumps(summary, indent=2) + "\n")
     print(f"resolved {summary['resolved_instances']}/{summary['total_instances']}, "
           f"unresolved {summary['unresolved_instances']}, empty {summary['empty_patch_instances']}, "

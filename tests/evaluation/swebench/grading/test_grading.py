@@ -223,3 +223,27 @@ def test_evaluate_cli_exits_non_zero_when_no_instance_could_be_graded(by_id, tmp
     code = evaluate.main(["--predictions", str(path), "--instance-ids", iid, "--report-dir", str(tmp_path),
                           "--log-root", str(tmp_path / "logs")])
     assert code == 1 and "error 1" in capsys.readouterr().out
+
+
+def test_evaluate_cli_grades_into_a_run_folder_of_its_own(tmp_path, monkeypatch, capsys):
+    """`make swebench-gold`: a new runs/swebench/grade-offline-gold-<time> per run, or OUT; the same
+    grading re-grades there, another one is refused unless --resume or --replace."""
+    iid = "marsbench__inireader-17"
+    monkeypatch.chdir(tmp_path)
+    gold = ["--predictions", "gold", "--run-id", "gold", "--instance-ids", iid]
+    assert evaluate.main(gold) == 0
+    made, = (tmp_path / "runs" / "swebench").iterdir()
+    assert re.fullmatch(r"grade-offline-gold-\d{8}T\d{6}Z", made.name)
+    assert json.loads((made / "gold.gold.json").read_text())["resolved_ids"] == [iid]
+    assert (made / "logs" / "gold" / "gold" / iid / "report.json").is_file()
+    assert json.loads((made / "run.json").read_text())["instances"] == [iid]
+    out = tmp_path / "mine"
+    assert evaluate.main([*gold, "--out", str(out)]) == 0 and evaluate.main([*gold, "--out", str(out)]) == 0
+    other = ["--predictions", "gold", "--run-id", "gold", "--instance-ids", "marsbench__datespan-23", "--out", str(out)]
+    capsys.readouterr()
+    assert evaluate.main(other) == 2
+    assert "holds another run" in capsys.readouterr().err and (out / "gold.gold.json").is_file()
+    assert evaluate.main([*other, "--replace"]) == 0
+    assert json.loads((out / "gold.gold.json").read_text())["resolved_ids"] == ["marsbench__datespan-23"]
+    assert not (out / "logs" / "gold" / "gold" / iid).exists()
+    assert len(list((tmp_path / "runs" / "swebench").iterdir())) == 1
