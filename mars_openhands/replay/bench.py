@@ -57,6 +57,7 @@ from mars_openhands.replay.replicas import (
 )
 from mars_openhands.replay.server import EngineServer
 from mars_openhands.replay.tools import ToolPool
+from mars_openhands.sim.profiles import Profile, get_profile
 from mars_openhands.sim.routing import EVENT_MODES
 
 if TYPE_CHECKING:
@@ -110,6 +111,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "telemetry, default), inferred (only the tool starts the engine infers from "
                         "replies ending with tool calls), none (nothing: an agent that knows nothing of "
                         "MARS); the simulator predicts with the same mode")
+    p.add_argument("--profile", metavar="NAME|FILE",
+                   help="one more simulator prediction, with this profile (a built-in name or a JSON file from "
+                        "`mars-openhands calibrate`) on the engine's KV blocks and tool workers")
     p.add_argument("--no-sim", action="store_true",
                    help="skip the simulator's prediction of the replayed workload (DIR/simulated.json)")
     p.add_argument("--out", type=Path, required=True, metavar="DIR", help="output directory")
@@ -321,6 +325,16 @@ def _with_server(policy: str, log: Path, args: argparse.Namespace, flags: list[s
         server.stop()
 
 
+def _extra_profile(text: str | None) -> tuple[str, Profile] | None:
+    """`--profile`: (label, profile), checked before any engine starts."""
+    if text is None:
+        return None
+    try:
+        return text, get_profile(text)
+    except ValueError as e:
+        raise BenchError(f"--profile: {e}") from None
+
+
 # ---- main ----------------------------------------------------------------------------------------
 
 def bench(args: argparse.Namespace, vllm_extra: list[str]) -> int:
@@ -332,6 +346,7 @@ def bench(args: argparse.Namespace, vllm_extra: list[str]) -> int:
 
     configs = _configurations(args)
     plan = make_plan(args, vllm_extra)
+    extra = _extra_profile(args.profile)
     out: Path = args.out
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -392,7 +407,7 @@ def bench(args: argparse.Namespace, vllm_extra: list[str]) -> int:
                                                            for n, c in configs.items()}}, indent=2) + "\n")
     if not args.no_sim and not configs:
         runs_by_profile = simulator_prediction(replayed, cal.costs, cal.cache, args.tool_workers, plan.policies,
-                                               events=args.events)
+                                               events=args.events, extra=extra)
         predicted = {lab: {n: summarize(r, alpha=args.alpha) for n, r in rr.items()}
                      for lab, rr in runs_by_profile.items()}
         (out / "simulated.json").write_text(json.dumps(

@@ -16,6 +16,7 @@ from mars_openhands.replay.client import ReplayOutcome, StatsDoc, stat_value
 from mars_openhands.replay.engine import CacheConfig
 from mars_openhands.replay.prompts import TurnShape
 from mars_openhands.results import RunResult, SessionResult
+from mars_openhands.sim.profiles import Profile
 from mars_openhands.workload.trace import SessionTrace
 
 
@@ -116,22 +117,24 @@ def profile_doc(costs: EngineCosts, samples: Samples, cache: CacheConfig, setup:
 
 
 def simulator_prediction(replayed: list[SessionTrace], costs: EngineCosts, cache: CacheConfig, tool_workers: int,
-                         names: list[str], events: str = "real") -> dict[str, dict[str, RunResult]]:
-    """Simulate the replayed workload under each policy with `cpu-small` as shipped and as re-fitted
-    here (same KV blocks and tool workers as the engine), the engine hearing the agents' `events`
-    (`real`, `inferred` or `none`, as `sim.cluster`): {profile label: {policy: RunResult}}."""
+                         names: list[str], events: str = "real",
+                         extra: tuple[str, Profile] | None = None) -> dict[str, dict[str, RunResult]]:
+    """Simulate the replayed workload under each policy with `cpu-small` as shipped, as re-fitted
+    here, and with `extra` (label, profile) if given (`--profile`), each with the engine's KV blocks
+    and tool workers, the engine hearing the agents' `events` (`real`, `inferred` or `none`, as
+    `sim.cluster`): {profile label: {policy: RunResult}}."""
     from mars_openhands.sim import get_profile
     from mars_openhands.sim.cluster import run_cluster
 
     shipped = get_profile("cpu-small")
     kv_blocks = cache.kv_blocks - 1 if cache.kv_blocks is not None else shipped.kv_blocks   # vLLM's null block
     shape: dict[str, Any] = {"block_size": costs.block_size, "tool_workers": tool_workers, "kv_blocks": kv_blocks}
-    refit = shipped.with_overrides(a=costs.decode_step_s, b=costs.prefill_per_token_s,
-                                   c=costs.prefill_per_token_ctx_s, d=costs.decode_per_seq_s,
-                                   e=costs.decode_per_ctx_token_s, **shape)
+    profiles = [("cpu-small", shipped.with_overrides(**shape)),
+                ("cpu-small re-fitted", costs.as_profile(shipped.with_overrides(**shape)))]
+    if extra is not None:
+        profiles.append((extra[0], extra[1].with_overrides(**shape)))
     # (one replica of the cluster simulator is the single engine, bit for bit, with events on or off)
-    return {label: {n: run_cluster(replayed, prof, n, events=events) for n in names}
-            for label, prof in (("cpu-small", shipped.with_overrides(**shape)), ("cpu-small re-fitted", refit))}
+    return {label: {n: run_cluster(replayed, prof, n, events=events) for n in names} for label, prof in profiles}
 
 
 def comparison_table(measured: dict[str, dict[str, Any]], predicted: dict[str, dict[str, dict[str, Any]]]) -> str:
