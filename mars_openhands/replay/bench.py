@@ -345,8 +345,8 @@ def bench(args: argparse.Namespace, vllm_extra: list[str]) -> int:
     from mars_openhands.workload.trace import write_trace
 
     configs = _configurations(args)
-    plan = make_plan(args, vllm_extra)
     extra = _extra_profile(args.profile)
+    plan = make_plan(args, vllm_extra)
     out: Path = args.out
     try:
         out.mkdir(parents=True, exist_ok=True)
