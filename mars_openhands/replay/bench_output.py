@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mars_openhands.metrics import speedups
 from mars_openhands.replay.accounting import account
 from mars_openhands.replay.calibrate import EngineCosts, Samples
 from mars_openhands.replay.client import ReplayOutcome, StatsDoc, stat_value
@@ -139,7 +140,8 @@ def simulator_prediction(replayed: list[SessionTrace], costs: EngineCosts, cache
 
 def comparison_table(measured: dict[str, dict[str, Any]], predicted: dict[str, dict[str, dict[str, Any]]]) -> str:
     """Mean / p95 E2E per policy: measured on the engine next to each simulator prediction and its
-    error (predicted / measured - 1), the simulator's fidelity on this workload."""
+    error (predicted / measured - 1), the simulator's fidelity on this workload; a last row gives
+    MARS' speed-up over the best baseline on mean (`metrics.speedups`), measured and predicted."""
     header = ["policy", "measured mean/p95 s"]
     for label in predicted:
         header += [f"sim {label} mean/p95 s", "error mean/p95"]
@@ -157,6 +159,13 @@ def comparison_table(measured: dict[str, dict[str, Any]], predicted: dict[str, d
         row = [n, cell(m)]
         for p in predicted.values():
             row += [cell(p.get(n)), error(p.get(n), m)]
+        rows.append(row)
+    ratio = speedups(measured).get("mars", {}).get("mean_vs_best")
+    if ratio:      # MARS and a baseline ran: best baseline / MARS on mean, and how far each prediction is
+        row = ["x best (mean)", f"{ratio:.2f}x"]
+        for p in predicted.values():
+            r = speedups({n: p[n] for n in measured if n in p}).get("mars", {}).get("mean_vs_best")
+            row += [f"{r:.2f}x", f"{r / ratio - 1:+.0%}"] if r else ["-", "-"]
         rows.append(row)
     widths = [max(len(x) for x in col) for col in zip(header, *rows)]
 

@@ -182,3 +182,16 @@ def test_comparison_table_gives_the_simulators_error_per_policy() -> None:
     assert "110.0 / 180.0" in fcfs and fcfs.rstrip().endswith("+10% / -10%")
     mars = next(line for line in lines if line.startswith("mars"))
     assert mars.rstrip().endswith("-")
+
+
+def test_comparison_table_gives_the_predicted_speed_up_and_its_error() -> None:
+    from mars_openhands.replay.bench_output import comparison_table
+
+    measured = {"fcfs": {"mean_e2e_s": 100.0, "p95_e2e_s": 200.0}, "thunderagent": {"mean_e2e_s": 80.0,
+                "p95_e2e_s": 150.0}, "mars": {"mean_e2e_s": 50.0, "p95_e2e_s": 80.0}}
+    predicted = {"calibrated": {"fcfs": {"mean_e2e_s": 90.0, "p95_e2e_s": 180.0},
+                                "thunderagent": {"mean_e2e_s": 60.0, "p95_e2e_s": 120.0},
+                                "mars": {"mean_e2e_s": 40.0, "p95_e2e_s": 70.0}}}
+    last = comparison_table(measured, predicted).splitlines()[-1].split()
+    # measured 80 / 50 = 1.60x; predicted 60 / 40 = 1.50x, 6 % low
+    assert last == ["x", "best", "(mean)", "1.60x", "1.50x", "-6%"]
