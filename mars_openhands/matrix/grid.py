@@ -34,7 +34,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from mars_openhands.sim.profiles import get_profile
+from mars_openhands.sim.profile_file import resolve_profile
 from mars_openhands.workload.families import family_names
 
 _TOP = ("profile", "seed", "sessions", "sessions_by_family", "kv", "load", "cells")
@@ -89,7 +89,7 @@ def load_grid(path: str | Path) -> Grid:
 def with_profile(grid: Grid, profile: str) -> Grid:
     """The grid on another simulator profile (`bench-matrix --profile NAME|FILE`), checked here."""
     try:
-        get_profile(profile)
+        resolve_profile(profile)
     except ValueError as e:
         raise GridError(f"--profile: {e}") from None
     return dataclasses.replace(grid, profile=profile)
@@ -146,7 +146,7 @@ class _Parser:
         if not isinstance(profile, str):
             raise self.fail("profile", f"expected a profile name or JSON file, got {profile!r}")
         try:
-            get_profile(profile)
+            resolve_profile(profile)
         except ValueError as e:
             raise self.fail("profile", str(e)) from None
         seed = self.int_(raw.get("seed", 0), "seed", 0)

@@ -30,7 +30,7 @@ from mars_openhands.matrix.bound import BOUND, clairvoyant_policy
 from mars_openhands.matrix.capacity import host_capacity
 from mars_openhands.matrix.grid import Cell, Grid, GridError, builtin_grid, load_grid, with_profile
 from mars_openhands.metrics import ideal_mean_e2e, summarize
-from mars_openhands.sim.profiles import get_profile
+from mars_openhands.sim.profile_file import resolve_profile
 from mars_openhands.sim.runner import run_simulation
 from mars_openhands.workload.families import family_sessions
 
@@ -59,7 +59,7 @@ class _Waits:
 
 def run_cell(cell: Cell, profile_name: str, policies: Sequence[str]) -> dict[str, Any]:
     """Every policy on the cell's trace -> the cell's matrix.json entry."""
-    profile = get_profile(profile_name)
+    profile = resolve_profile(profile_name)
     unit = family_sessions(cell.family, cell.sessions, rate=1.0, seed=cell.seed)
     ref = host_capacity(unit, profile, tool_workers=profile.tool_workers, kv_blocks=profile.kv_blocks)
     kv_blocks = max(1, round(profile.kv_blocks * cell.kv_multiplier))
@@ -97,7 +97,7 @@ def seeded(grid: Grid, seeds: Sequence[int] | None) -> list[Cell]:
 def check_fits(grid: Grid, cells: Sequence[Cell] | None = None) -> None:
     """Every cell's longest turn fits its KV cache (the simulator refuses it otherwise): fail before
     running anything, naming the cell (and the seed, if not the grid's)."""
-    profile = get_profile(grid.profile)
+    profile = resolve_profile(grid.profile)
     longest: dict[tuple[str, int, int], int] = {}
     for cell in grid.cells if cells is None else cells:
         key = (cell.family, cell.sessions, cell.seed)

@@ -57,7 +57,8 @@ from mars_openhands.replay.replicas import (
 )
 from mars_openhands.replay.server import EngineServer
 from mars_openhands.replay.tools import ToolPool
-from mars_openhands.sim.profiles import Profile, get_profile
+from mars_openhands.sim.profile_file import resolve_profile
+from mars_openhands.sim.profiles import Profile
 from mars_openhands.sim.routing import EVENT_MODES
 
 if TYPE_CHECKING:
@@ -330,7 +331,7 @@ def _extra_profile(text: str | None) -> tuple[str, Profile] | None:
     if text is None:
         return None
     try:
-        return text, get_profile(text)
+        return text, resolve_profile(text)
     except ValueError as e:
         raise BenchError(f"--profile: {e}") from None
 

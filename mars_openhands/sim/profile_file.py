@@ -15,7 +15,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from mars_openhands.sim.profiles import Profile
+from mars_openhands.sim.profiles import PROFILES, Profile
 
 FORMAT = "mars-profile/1"
 _INTS = ("kv_blocks", "block_size", "max_num_batched_tokens", "max_num_seqs", "tool_workers")
@@ -32,6 +32,17 @@ class ProfileFileError(ValueError):
 def is_profile_path(text: str) -> bool:
     """Whether a `--profile` value means a file rather than a built-in name."""
     return text.endswith(".json") or "/" in text or Path(text).is_file()
+
+
+def resolve_profile(text: str) -> Profile:
+    """A built-in profile by name, or the profile a `mars-profile/1` file holds (`--profile NAME|FILE`);
+    ValueError naming the known names, or ProfileFileError naming the file and field."""
+    if text in PROFILES:
+        return PROFILES[text]
+    if is_profile_path(text):
+        return load_profile(text)
+    raise ValueError(f"unknown profile {text!r}; known: {', '.join(PROFILES)}, "
+                     "or a profile JSON file (mars-openhands calibrate)")
 
 
 def profile_dict(profile: Profile) -> dict[str, Any]:
@@ -99,4 +110,5 @@ def _parse(path: Path, raw: dict[str, Any]) -> Profile:
         raise ProfileFileError(f"{path}: {e}") from None
 
 
-__all__ = ["FORMAT", "ProfileFileError", "is_profile_path", "load_profile", "profile_dict", "write_profile"]
+__all__ = ["FORMAT", "ProfileFileError", "is_profile_path", "load_profile", "profile_dict", "resolve_profile",
+           "write_profile"]

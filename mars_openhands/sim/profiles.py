@@ -136,17 +136,13 @@ PROFILES: dict[str, Profile] = {
 
 
 def get_profile(profile: Profile | str) -> Profile:
-    """A profile by name, by `mars-profile/1` file path (`profile_file`, e.g. written by
-    `mars-openhands calibrate`), or the profile itself; a clear error naming the known ones."""
+    """A profile by name (or the profile itself); a clear error naming the known ones."""
     if isinstance(profile, Profile):
         return profile
-    if profile in PROFILES:
+    try:
         return PROFILES[profile]
-    from mars_openhands.sim.profile_file import is_profile_path, load_profile
-    if is_profile_path(profile):
-        return load_profile(profile)
-    raise ValueError(f"unknown profile {profile!r}; known: {', '.join(PROFILES)}, "
-                     "or a profile JSON file (mars-openhands calibrate)")
+    except KeyError:
+        raise ValueError(f"unknown profile {profile!r}; known: {', '.join(PROFILES)}") from None
 
 
 def kv_tokens(profile: Profile) -> int:

@@ -27,7 +27,7 @@ def test_calibrate_writes_a_profile_the_simulator_loads(vllm_like, tmp_path, cap
     assert profile.name == "calibrated-fake-model"
     assert (profile.kv_blocks, profile.block_size) == (499, 16)         # vLLM's null block left out
     assert (profile.max_num_batched_tokens, profile.max_num_seqs) == probe.DEVICE_DEFAULTS["cpu"]
-    assert profile.a + profile.d >= 0.0005          # the fake sleeps 1 ms per generated token
+    assert profile.step_s(0, 0, 1, 150) >= 0.0005     # a decode step: the fake sleeps 1 ms per token
     prov = json.loads(out.read_text())["provenance"]
     assert prov["url"] == vllm_like.url and prov["model"] == "fake-model" and prov["date"]
     assert prov["engine"]["kv_source"].startswith("vllm:cache_config_info num_gpu_blocks")

@@ -1,11 +1,18 @@
 """Profile files (`mars-profile/1`): a written profile loads back equal; a bad file names the file
-and the field; `get_profile` takes a path as well as a built-in name."""
+and the field; `resolve_profile` takes a path as well as a built-in name."""
 import json
 
 import pytest
 
-from mars_openhands.sim.profile_file import FORMAT, ProfileFileError, is_profile_path, load_profile, write_profile
-from mars_openhands.sim.profiles import PROFILES, Profile, get_profile
+from mars_openhands.sim.profile_file import (
+    FORMAT,
+    ProfileFileError,
+    is_profile_path,
+    load_profile,
+    resolve_profile,
+    write_profile,
+)
+from mars_openhands.sim.profiles import PROFILES, Profile
 
 
 @pytest.mark.parametrize("name", sorted(PROFILES))
@@ -13,7 +20,7 @@ def test_every_builtin_profile_round_trips(name, tmp_path):
     path = tmp_path / f"{name}.json"
     write_profile(path, PROFILES[name], {"url": "http://x", "fit": {"prefill": {"rms_rel": 0.1}}})
     assert load_profile(path) == PROFILES[name]
-    assert get_profile(str(path)) == PROFILES[name]
+    assert resolve_profile(str(path)) == PROFILES[name]
     assert json.loads(path.read_text())["provenance"]["url"] == "http://x"
 
 
@@ -61,11 +68,11 @@ def test_bad_files_name_the_file_and_field(tmp_path, doc, message):
 
 def test_a_missing_file_is_named(tmp_path):
     with pytest.raises(ProfileFileError, match="nope.json: cannot read profile"):
-        get_profile(str(tmp_path / "nope.json"))
+        resolve_profile(str(tmp_path / "nope.json"))
 
 
 def test_names_and_paths():
     assert is_profile_path("runs/p.json") and is_profile_path("p.json") and is_profile_path("./x")
     assert not is_profile_path("cpu-small")
     with pytest.raises(ValueError, match="unknown profile 'tpu'.*or a profile JSON file"):
-        get_profile("tpu")
+        resolve_profile("tpu")
