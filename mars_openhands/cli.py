@@ -52,6 +52,8 @@ DISPATCH: dict[str, tuple[str, str, str]] = {
                            "write (and where Docker answers, build) an agent-server image with the MARS hook"),
     "bench-matrix": ("mars_openhands.matrix.run", "core",
                      "every policy on a grid of workloads x hosts in the simulator (regret table, heatmap)"),
+    "calibrate": ("mars_openhands.replay.probe", "engine",
+                  "fit a simulator profile (--profile FILE) on a running vLLM engine, GPU or CPU"),
     "import-trace": ("mars_openhands.workload.importers.cli", "core",
                      "convert a public agent trace (Weka, TraceLab) to mars-trace/1"),
 }
@@ -72,7 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
                          description="Run every named policy on the same trace; write DIR/summary.json, "
                                      "DIR/trace.jsonl and plots; print the comparison table.")
     add_workload_source(sim)
-    sim.add_argument("--profile", required=True, help="hardware/model profile, e.g. h200-qwen3-coder-30b")
+    sim.add_argument("--profile", required=True, metavar="NAME|FILE",
+                     help="hardware/model profile: a built-in name (e.g. h200-qwen3-coder-30b) or a profile "
+                          "JSON file written by `calibrate`")
     sim.add_argument("--policies", required=True, help="comma-separated policy names, e.g. fcfs,autellix,mars")
     sim.add_argument("--tool-workers", type=positive(int), help="host tool workers (default: the profile's)")
     sim.add_argument("--kv-blocks", type=positive(int), help="KV cache blocks (default: the profile's)")
@@ -113,6 +117,20 @@ def _load_simulator() -> tuple[Simulate, dict[str, Profile]]:
     except ImportError as e:
         raise CliError(f"the simulator (mars_openhands.sim) is not available: {e}") from None
     return run_simulation, dict(PROFILES)
+
+
+def _profile(text: str, profiles: dict[str, Profile]) -> Profile:
+    """`--profile`: a built-in name or a `mars-profile/1` file (`mars-openhands calibrate` writes one)."""
+    from mars_openhands.sim.profile_file import ProfileFileError, is_profile_path, load_profile
+    if text in profiles:
+        return profiles[text]
+    if not is_profile_path(text):
+        raise CliError(f"--profile: unknown profile {text!r}; known: {', '.join(profiles)}, "
+                       "or a profile JSON file (mars-openhands calibrate)")
+    try:
+        return load_profile(text)
+    except ProfileFileError as e:
+        raise CliError(f"--profile: {e}") from None
 
 
 def _out_dir(path: Path) -> Path:
@@ -190,9 +208,7 @@ def simulate(args: argparse.Namespace) -> int:
     routing: dict[str, Any] = {}
     if (args.replicas, args.router, args.events) != (1, "consistent_hash", "real"):
         run_simulation = _cluster_simulator(args, routing)
-    if args.profile not in profiles:
-        raise CliError(f"--profile: unknown profile {args.profile!r}; known: {', '.join(profiles)}")
-    profile = profiles[args.profile]
+    profile = _profile(args.profile, profiles)
     out = _out_dir(args.out)
     if not args.sweep_rates:
         sessions = make(args.rate if args.trace is not None else (args.rate or 0.2))

@@ -144,3 +144,25 @@ def test_dispatch_to_a_missing_module_names_the_environment(monkeypatch, capsys,
     assert cli.main(["serve"]) == 2
     err = capsys.readouterr().err
     assert "mars_openhands.no_such_module" in err and words in err and "Traceback" not in err
+
+
+def test_simulate_takes_a_profile_file(fake, tmp_path):
+    from mars_openhands.sim.profile_file import write_profile
+    from mars_openhands.sim.profiles import PROFILES
+    path = tmp_path / "mine.json"
+    write_profile(path, PROFILES["cpu-small"].with_overrides(name="mine", kv_blocks=77), {"url": "http://x"})
+    out = tmp_path / "run"
+    assert cli.main(["simulate", "--synthetic", "3", "--turns-scale", "0.1", "--profile", str(path),
+                     "--policies", "fcfs", "--out", str(out)]) == 0
+    assert fake.calls[0][1] == PROFILES["cpu-small"].with_overrides(name="mine", kv_blocks=77)
+    assert json.loads((out / "summary.json").read_text())["profile"] == str(path)
+
+
+def test_simulate_names_a_bad_profile_file_and_field(fake, tmp_path, capsys):
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps({"format": "mars-profile/1", "profile": {"kv_blocks": 1}}))
+    assert cli.main(["simulate", "--synthetic", "3", "--profile", str(path), "--policies", "fcfs",
+                     "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert f"--profile: {path}: profile.block_size: missing" in err and "Traceback" not in err
+    assert not fake.calls

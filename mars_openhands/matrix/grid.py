@@ -25,6 +25,7 @@ tool-worker count and KV size: those axes vary the resources under the same work
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import tomllib
 from collections.abc import Mapping
@@ -33,7 +34,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from mars_openhands.sim.profiles import PROFILES
+from mars_openhands.sim.profile_file import resolve_profile
 from mars_openhands.workload.families import family_names
 
 _TOP = ("profile", "seed", "sessions", "sessions_by_family", "kv", "load", "cells")
@@ -85,6 +86,15 @@ def load_grid(path: str | Path) -> Grid:
     return parse_grid(text, str(path))
 
 
+def with_profile(grid: Grid, profile: str) -> Grid:
+    """The grid on another simulator profile (`bench-matrix --profile NAME|FILE`), checked here."""
+    try:
+        resolve_profile(profile)
+    except ValueError as e:
+        raise GridError(f"--profile: {e}") from None
+    return dataclasses.replace(grid, profile=profile)
+
+
 def parse_grid(text: str, name: str = "<grid>") -> Grid:
     try:
         raw = tomllib.loads(text)
@@ -133,8 +143,12 @@ class _Parser:
     def grid(self, raw: Mapping[str, Any]) -> Grid:
         self.keys(raw, "", _TOP)
         profile = raw.get("profile")
-        if profile not in PROFILES:
-            raise self.fail("profile", f"unknown profile {profile!r}; known: {', '.join(PROFILES)}")
+        if not isinstance(profile, str):
+            raise self.fail("profile", f"expected a profile name or JSON file, got {profile!r}")
+        try:
+            resolve_profile(profile)
+        except ValueError as e:
+            raise self.fail("profile", str(e)) from None
         seed = self.int_(raw.get("seed", 0), "seed", 0)
         default_n = self.int_(raw.get("sessions"), "sessions", 1)
         families = family_names()

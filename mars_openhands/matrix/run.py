@@ -28,9 +28,9 @@ from mars_openhands.events import Event, PrefillStarted, ToolFinished, TurnSubmi
 from mars_openhands.matrix import report
 from mars_openhands.matrix.bound import BOUND, clairvoyant_policy
 from mars_openhands.matrix.capacity import host_capacity
-from mars_openhands.matrix.grid import Cell, Grid, GridError, builtin_grid, load_grid
+from mars_openhands.matrix.grid import Cell, Grid, GridError, builtin_grid, load_grid, with_profile
 from mars_openhands.metrics import ideal_mean_e2e, summarize
-from mars_openhands.sim.profiles import get_profile
+from mars_openhands.sim.profile_file import resolve_profile
 from mars_openhands.sim.runner import run_simulation
 from mars_openhands.workload.families import family_sessions
 
@@ -59,7 +59,7 @@ class _Waits:
 
 def run_cell(cell: Cell, profile_name: str, policies: Sequence[str]) -> dict[str, Any]:
     """Every policy on the cell's trace -> the cell's matrix.json entry."""
-    profile = get_profile(profile_name)
+    profile = resolve_profile(profile_name)
     unit = family_sessions(cell.family, cell.sessions, rate=1.0, seed=cell.seed)
     ref = host_capacity(unit, profile, tool_workers=profile.tool_workers, kv_blocks=profile.kv_blocks)
     kv_blocks = max(1, round(profile.kv_blocks * cell.kv_multiplier))
@@ -97,7 +97,7 @@ def seeded(grid: Grid, seeds: Sequence[int] | None) -> list[Cell]:
 def check_fits(grid: Grid, cells: Sequence[Cell] | None = None) -> None:
     """Every cell's longest turn fits its KV cache (the simulator refuses it otherwise): fail before
     running anything, naming the cell (and the seed, if not the grid's)."""
-    profile = get_profile(grid.profile)
+    profile = resolve_profile(grid.profile)
     longest: dict[tuple[str, int, int], int] = {}
     for cell in grid.cells if cells is None else cells:
         key = (cell.family, cell.sessions, cell.seed)
@@ -185,6 +185,9 @@ def _parser() -> argparse.ArgumentParser:
     which.add_argument("--quick", action="store_true", help="the built-in quick grid (~12 cells, minutes)")
     which.add_argument("--grid", type=Path, metavar="FILE",
                        help="a grid TOML file (default: the built-in full grid)")
+    ap.add_argument("--profile", metavar="NAME|FILE",
+                    help="simulator profile instead of the grid's: a built-in name or a profile JSON file "
+                         "(`mars-openhands calibrate`); load is relative to this profile's host")
     ap.add_argument("--policies", metavar="A,B,...",
                     help="comma-separated; must include mars (default: mars and every registered baseline)")
     ap.add_argument("--seeds", metavar="S1,S2,...",
@@ -201,6 +204,8 @@ def main(argv: Iterable[str] | None = None) -> int:
         ap.error(f"--jobs: must be >= 1, got {args.jobs}")
     try:
         grid = load_grid(args.grid if args.grid else builtin_grid("quick" if args.quick else "full"))
+        if args.profile is not None:
+            grid = with_profile(grid, args.profile)
         policies = _policies(args.policies)
         seeds = _seeds(args.seeds)
         check_fits(grid, seeded(grid, seeds))

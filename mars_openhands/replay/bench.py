@@ -57,6 +57,8 @@ from mars_openhands.replay.replicas import (
 )
 from mars_openhands.replay.server import EngineServer
 from mars_openhands.replay.tools import ToolPool
+from mars_openhands.sim.profile_file import resolve_profile
+from mars_openhands.sim.profiles import Profile
 from mars_openhands.sim.routing import EVENT_MODES
 
 if TYPE_CHECKING:
@@ -114,6 +116,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="end a policy's replay once its engine has been idle S seconds with calls "
                         "outstanding, no tool running and nothing finishing, and report the stall "
                         "(ThunderAgent may hold a program it cannot budget for 1800 s; default 60)")
+    p.add_argument("--profile", metavar="NAME|FILE",
+                   help="one more simulator prediction, with this profile (a built-in name or a JSON file from "
+                        "`mars-openhands calibrate`) on the engine's KV blocks and tool workers")
     p.add_argument("--no-sim", action="store_true",
                    help="skip the simulator's prediction of the replayed workload (DIR/simulated.json)")
     p.add_argument("--out", type=Path, required=True, metavar="DIR", help="output directory")
@@ -325,6 +330,16 @@ def _with_server(policy: str, log: Path, args: argparse.Namespace, flags: list[s
         server.stop()
 
 
+def _extra_profile(text: str | None) -> tuple[str, Profile] | None:
+    """`--profile`: (label, profile), checked before any engine starts."""
+    if text is None:
+        return None
+    try:
+        return text, resolve_profile(text)
+    except ValueError as e:
+        raise BenchError(f"--profile: {e}") from None
+
+
 # ---- main ----------------------------------------------------------------------------------------
 
 def bench(args: argparse.Namespace, vllm_extra: list[str]) -> int:
@@ -335,6 +350,7 @@ def bench(args: argparse.Namespace, vllm_extra: list[str]) -> int:
     from mars_openhands.workload.trace import write_trace
 
     configs = _configurations(args)
+    extra = _extra_profile(args.profile)
     plan = make_plan(args, vllm_extra)
     out: Path = args.out
     try:
@@ -405,7 +421,7 @@ def bench(args: argparse.Namespace, vllm_extra: list[str]) -> int:
                                                            for n, c in configs.items()}}, indent=2) + "\n")
     if not args.no_sim and not configs:
         runs_by_profile = simulator_prediction(replayed, cal.costs, cal.cache, args.tool_workers, plan.policies,
-                                               events=args.events)
+                                               events=args.events, extra=extra)
         predicted = {lab: {n: summarize(r, alpha=args.alpha) for n, r in rr.items()}
                      for lab, rr in runs_by_profile.items()}
         (out / "simulated.json").write_text(json.dumps(

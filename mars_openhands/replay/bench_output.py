@@ -10,12 +10,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mars_openhands.metrics import speedups
 from mars_openhands.replay.accounting import account
 from mars_openhands.replay.calibrate import EngineCosts, Samples
 from mars_openhands.replay.client import ReplayOutcome, StatsDoc, stat_value
 from mars_openhands.replay.engine import CacheConfig
 from mars_openhands.replay.prompts import TurnShape
 from mars_openhands.results import RunResult, SessionResult
+from mars_openhands.sim.profiles import Profile
 from mars_openhands.workload.trace import SessionTrace
 
 
@@ -116,27 +118,30 @@ def profile_doc(costs: EngineCosts, samples: Samples, cache: CacheConfig, setup:
 
 
 def simulator_prediction(replayed: list[SessionTrace], costs: EngineCosts, cache: CacheConfig, tool_workers: int,
-                         names: list[str], events: str = "real") -> dict[str, dict[str, RunResult]]:
-    """Simulate the replayed workload under each policy with `cpu-small` as shipped and as re-fitted
-    here (same KV blocks and tool workers as the engine), the engine hearing the agents' `events`
-    (`real`, `inferred` or `none`, as `sim.cluster`): {profile label: {policy: RunResult}}."""
+                         names: list[str], events: str = "real",
+                         extra: tuple[str, Profile] | None = None) -> dict[str, dict[str, RunResult]]:
+    """Simulate the replayed workload under each policy with `cpu-small` as shipped, as re-fitted
+    here, and with `extra` (label, profile) if given (`--profile`), each with the engine's KV blocks
+    and tool workers, the engine hearing the agents' `events` (`real`, `inferred` or `none`, as
+    `sim.cluster`): {profile label: {policy: RunResult}}."""
     from mars_openhands.sim import get_profile
     from mars_openhands.sim.cluster import run_cluster
 
     shipped = get_profile("cpu-small")
     kv_blocks = cache.kv_blocks - 1 if cache.kv_blocks is not None else shipped.kv_blocks   # vLLM's null block
     shape: dict[str, Any] = {"block_size": costs.block_size, "tool_workers": tool_workers, "kv_blocks": kv_blocks}
-    refit = shipped.with_overrides(a=costs.decode_step_s, b=costs.prefill_per_token_s,
-                                   c=costs.prefill_per_token_ctx_s, d=costs.decode_per_seq_s,
-                                   e=costs.decode_per_ctx_token_s, **shape)
+    profiles = [("cpu-small", shipped.with_overrides(**shape)),
+                ("cpu-small re-fitted", costs.as_profile(shipped.with_overrides(**shape)))]
+    if extra is not None:
+        profiles.append((extra[0], extra[1].with_overrides(**shape)))
     # (one replica of the cluster simulator is the single engine, bit for bit, with events on or off)
-    return {label: {n: run_cluster(replayed, prof, n, events=events) for n in names}
-            for label, prof in (("cpu-small", shipped.with_overrides(**shape)), ("cpu-small re-fitted", refit))}
+    return {label: {n: run_cluster(replayed, prof, n, events=events) for n in names} for label, prof in profiles}
 
 
 def comparison_table(measured: dict[str, dict[str, Any]], predicted: dict[str, dict[str, dict[str, Any]]]) -> str:
     """Mean / p95 E2E per policy: measured on the engine next to each simulator prediction and its
-    error (predicted / measured - 1), the simulator's fidelity on this workload."""
+    error (predicted / measured - 1), the simulator's fidelity on this workload; a last row gives
+    MARS' speed-up over the best baseline on mean (`metrics.speedups`), measured and predicted."""
     header = ["policy", "measured mean/p95 s"]
     for label in predicted:
         header += [f"sim {label} mean/p95 s", "error mean/p95"]
@@ -154,6 +159,13 @@ def comparison_table(measured: dict[str, dict[str, Any]], predicted: dict[str, d
         row = [n, cell(m)]
         for p in predicted.values():
             row += [cell(p.get(n)), error(p.get(n), m)]
+        rows.append(row)
+    ratio = speedups(measured).get("mars", {}).get("mean_vs_best")
+    if ratio:      # MARS and a baseline ran: best baseline / MARS on mean, and how far each prediction is
+        row = ["x best (mean)", f"{ratio:.2f}x"]
+        for p in predicted.values():
+            r = speedups({n: p[n] for n in measured if n in p}).get("mars", {}).get("mean_vs_best")
+            row += [f"{r:.2f}x", f"{r / ratio - 1:+.0%}"] if r else ["-", "-"]
         rows.append(row)
     widths = [max(len(x) for x in col) for col in zip(header, *rows)]
 

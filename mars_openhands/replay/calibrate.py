@@ -3,14 +3,16 @@
 Slowdown and goodput need each session's latency *alone on a warm, idle engine*. We measure it
 rather than guess it: probes on the idle server time a prefill of `n` new tokens after `ctx`
 cached ones (max_tokens=1), batch-1 decode at several context lengths, and decode with k requests
-in the batch. Least-squares fits (coefficients kept >= 0) give
+in the batch (a step: the batch generating 2 L tokens less the batch generating L, over L).
+Least-squares fits (coefficients kept >= 0) give
 
     prefill(n, ctx) = a + b n + c n (ctx + n/2)          (attention grows with the context)
     decode step     = d0 + d_seq k + d_ctx sum(ctx)       (k sequences in the batch)
 
 The ideal turn = prefill of the tokens a warm cache cannot serve (full blocks only, never the last
 token, as vLLM does) + (output - 1) batch-1 decode steps; the ideal session adds its tool times.
-The same constants re-fit the simulator's `cpu-small` profile.
+The same constants are the simulator's step costs (`EngineCosts.as_profile`): `bench-engine` re-fits
+`cpu-small` with them, `mars-openhands calibrate` (`probe.py`) writes a profile of any engine.
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ import numpy as np
 from mars_openhands.events import SessionEnded
 from mars_openhands.replay.engine import EngineClient, EngineError
 from mars_openhands.replay.prompts import TokenSpace, TurnShape
+from mars_openhands.sim.profiles import Profile
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,13 @@ class EngineCosts:
 
     def session_ideal_s(self, shapes: list[TurnShape], tool_seconds: float) -> float:
         return sum(self.turn_s(s) for s in shapes) + tool_seconds
+
+    def as_profile(self, base: Profile) -> Profile:
+        """`base` (the engine's shape and host) with these costs as the simulator's step cost
+        t = a + b P + c A + d D + e C: a step's fixed cost, prefill per token and per token x
+        context token, decode per sequence and per context token read (no bandwidth term)."""
+        return base.with_overrides(a=self.decode_step_s, b=self.prefill_per_token_s, c=self.prefill_per_token_ctx_s,
+                                   d=self.decode_per_seq_s, e=self.decode_per_ctx_token_s, block_size=self.block_size)
 
 
 def nonneg_lstsq(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -126,7 +136,7 @@ class ProbePlan:
         probe within `max_len` (the engine's max model length)."""
         decode_len = max(4, min(32, max_output))
         new = min(max_new, MAX_PROBE_NEW, max(block_size, max_len // 2))
-        ctx = min(max_ctx, MAX_PROBE_CTX, max_len - max(new, block_size) - decode_len - 1)
+        ctx = min(max_ctx, MAX_PROBE_CTX, max_len - max(new, block_size) - 2 * decode_len - 1)
         if ctx < block_size:
             raise ValueError(f"calibration: max model length {max_len} leaves no room for probes")
         return cls(_grid(new, block_size, 3), [0] + _grid(ctx, block_size, 2), decode_len, block_size, reps)
@@ -167,16 +177,32 @@ async def calibrate(engine: EngineClient, space: TokenSpace, plan: ProbePlan,
                 s.prefill.append((ctx + n - hit, hit, c.finished - c.submitted))
                 tick()
         for ctx, base in bases.items():      # batch-1 decode after each (cached) context
-            key = f"probe/{rep}/decode/{ctx}"
-            c = await engine.complete(base + space.draw(key, bs), dl, key, 0)
-            await _end(engine, key)
-            s.decode.append((1, ctx + bs + dl // 2, (c.finished - c.first_token) / (dl - 1)))
+            step = await _decode_step(engine, [f"probe/{rep}/decode/{ctx}"], _after(base, space, bs), dl)
+            s.decode.append((1, ctx + bs + dl + dl // 2, step))
             tick()
         for k in BATCHES:
-            keys = [f"probe/{rep}/batch/{k}/{i}" for i in range(k)]
-            cs = await asyncio.gather(*(engine.complete(space.draw(key, bs), dl, key, 0) for key in keys))
-            await _end(engine, *keys)
-            per_step = float(np.median([(c.finished - c.first_token) / (dl - 1) for c in cs]))
-            s.decode.append((k, k * (bs + dl // 2), per_step))
+            step = await _decode_step(engine, [f"probe/{rep}/batch/{k}/{i}" for i in range(k)],
+                                      lambda key: space.draw(key, bs), dl)
+            s.decode.append((k, k * (bs + dl + dl // 2), step))
             tick()
     return s
+
+
+def _after(base: list[int], space: TokenSpace, n: int) -> Callable[[str], list[int]]:
+    """Prompts `base` + n fresh tokens drawn for each key."""
+    return lambda key: base + space.draw(key, n)
+
+
+async def _decode_step(engine: EngineClient, keys: list[str], prompt: Callable[[str], list[int]], dl: int) -> float:
+    """Seconds per decode step of a batch of len(keys) requests: the batch generating 2 dl tokens
+    less the same batch (fresh prompts of the same shape) generating dl, over dl. The prefill
+    cancels out, and so does the stream's timing: a server may send tokens in bursts, so the gaps
+    between streamed tokens are no measure of a step."""
+    async def batch(n: int, tag: str) -> float:
+        ks = [f"{key}/{tag}" for key in keys]
+        t0 = time.monotonic()
+        cs = await asyncio.gather(*(engine.complete(prompt(key), n, key, 0) for key in ks))
+        await _end(engine, *ks)
+        return max(c.finished for c in cs) - t0
+    short = await batch(dl, "short")
+    return max(0.0, await batch(2 * dl, "long") - short) / dl

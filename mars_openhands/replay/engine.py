@@ -105,6 +105,16 @@ class EngineClient:
         r.raise_for_status()
         return r.json()["data"][0]["id"]
 
+    async def get(self, path: str) -> httpx.Response:
+        """A plain GET (10 s timeout), for callers that read the status and body themselves."""
+        return await self._http.get(path, timeout=10.0)
+
+    async def tokenize(self, text: str) -> list[int] | None:
+        """vLLM's `/tokenize` of `text` with the served model, None where the server has none."""
+        r = await self._http.post("/tokenize", json={"model": self.model, "prompt": text}, timeout=10.0)
+        ids = r.json().get("tokens") if r.status_code == 200 else None
+        return [int(i) for i in ids] if isinstance(ids, list) else None
+
     async def complete(self, prompt: list[int], output_tokens: int, session_id: str,
                        turn_index: int) -> Completion:
         """Generate exactly `output_tokens` tokens after `prompt`; return the generated ids."""

@@ -125,7 +125,8 @@ PROFILES: dict[str, Profile] = {
     # b, c: 2k prefill = 0.02 + 2048 b + 2048 * 1024 c = 2.96 s with the attention share of an
     # 80M model (32k FLOP per token x context token vs ~150 MFLOP per token); d, e: a batch-16 decode
     # step ~0.1 s, which puts the 16 x 2k/64 run at ~54 s. Re-measured by the engine work
-    # (mars_openhands.replay.calibrate).
+    # (mars_openhands.replay.calibrate). Kept as fitted (the golden tests pin it); the same engine
+    # re-fitted on the current host by `mars-openhands calibrate`: docs/calibration/cpu-small.json.
     "cpu-small": Profile(
         name="cpu-small", kv_blocks=(512 * 1024 * 1024) // (16 * KIB) // 128, block_size=128,
         max_num_batched_tokens=2048, max_num_seqs=128,     # vLLM 0.32 API-server defaults on CPU

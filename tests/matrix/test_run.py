@@ -89,3 +89,19 @@ def test_the_cli_dispatches_bench_matrix(tiny, capsys):
     assert cli.main(["bench-matrix", "--grid", str(tiny / "tiny.toml"), "--policies", "fcfs",
                      "--out", str(tiny / "z")]) == 2
     assert "bench-matrix: error: --policies: needs 'mars'" in capsys.readouterr().err
+
+
+def test_profile_flag_replaces_the_grids_profile(tiny, capsys):
+    from mars_openhands.sim.profile_file import write_profile
+    from mars_openhands.sim.profiles import PROFILES
+    path = tiny / "h200-half.json"
+    write_profile(path, PROFILES["h200-qwen3-coder-30b"].with_overrides(name="half", b=2 * PROFILES[
+        "h200-qwen3-coder-30b"].b), {})
+    out = tiny / "profiled"
+    assert run.main(["--grid", str(tiny / "tiny.toml"), "--policies", "fcfs,mars", "--profile", str(path),
+                     "--out", str(out)]) == 0
+    cells = json.loads((out / "matrix.json").read_text())
+    assert {c["profile"] for c in cells} == {str(path)} and len(cells) == 2
+    assert run.main(["--grid", str(tiny / "tiny.toml"), "--profile", str(tiny / "none.json"),
+                     "--out", str(out)]) == 2
+    assert "--profile: " in capsys.readouterr().err

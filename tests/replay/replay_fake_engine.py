@@ -48,6 +48,9 @@ class FakeEngine:
     hits: int = 0
     queries: int = 0
     url: str = ""
+    num_gpu_blocks: int | None = None         # published in vllm:cache_config_info where set
+    max_model_len: int | None = None          # in /v1/models where set
+    vllm_metrics: bool = True                 # False: /metrics without any vllm: metric (not vLLM)
 
     def lookup(self, prompt: list[int]) -> int:
         hit = 0
@@ -66,7 +69,15 @@ class FakeEngine:
 
         @app.get("/v1/models")
         async def models():
-            return {"object": "list", "data": [{"id": "fake-model", "object": "model"}]}
+            model = {"id": "fake-model", "object": "model"}
+            if self.max_model_len is not None:
+                model["max_model_len"] = self.max_model_len
+            return {"object": "list", "data": [model]}
+
+        @app.post("/tokenize")
+        async def tokenize(request: Request):
+            body = await request.json()
+            return {"tokens": [ord(ch) % self.vocab for ch in body["prompt"]]}
 
         @app.get("/health")
         async def health():
@@ -133,6 +144,9 @@ class FakeEngine:
 
         @app.get("/metrics")
         async def metrics():
+            if not self.vllm_metrics:
+                return PlainTextResponse('python_info{version="3.11"} 1.0\n')
+            blocks = f',num_gpu_blocks="{self.num_gpu_blocks}"' if self.num_gpu_blocks is not None else ""
             return PlainTextResponse(
                 "# TYPE vllm:prefix_cache_hits counter\n"
                 f'vllm:prefix_cache_hits_total{{engine="0"}} {self.hits}\n'
@@ -140,7 +154,7 @@ class FakeEngine:
                 'vllm:kv_cache_usage_perc{engine="0"} 0.25\n'
                 'vllm:num_requests_running{engine="0"} 1\n'
                 'vllm:num_requests_waiting{engine="0"} 0\n'
-                f'vllm:cache_config_info{{block_size="{self.block}",engine="0"}} 1.0\n')
+                f'vllm:cache_config_info{{block_size="{self.block}",engine="0"{blocks}}} 1.0\n')
 
         return app
 

@@ -86,6 +86,19 @@ def test_no_events_sends_none_and_the_simulator_predicts_without_them(fake_serve
     assert all(p["mars"]["completed"] == 3 for p in sim["profiles"].values())
 
 
+def test_a_profile_file_adds_a_prediction(fake_serve, model_dir, tmp_path):
+    from mars_openhands.sim.profile_file import write_profile
+    from mars_openhands.sim.profiles import PROFILES
+    path = tmp_path / "calibrated.json"
+    write_profile(path, PROFILES["cpu-small"].with_overrides(name="calibrated", b=1e-5), {})
+    out = tmp_path / "out"
+    assert bench.main([*SMALL, "--policies", "mars", "--model", str(model_dir), "--profile", str(path),
+                       "--out", str(out)]) == 0
+    sim = json.loads((out / "simulated.json").read_text())
+    assert set(sim["profiles"]) == {"cpu-small", "cpu-small re-fitted", str(path)}
+    assert sim["profiles"][str(path)]["mars"]["completed"] == 3
+
+
 def test_interrupt_stops_engine_and_tools(fake_serve, model_dir, tmp_path, monkeypatch):
     from mars_openhands.replay import client
 
@@ -144,6 +157,7 @@ def test_server_that_dies_reports_its_log(monkeypatch, tmp_path):
 @pytest.mark.parametrize("extra, msg", [
     (["--policies", "fcfs,nope"], "unknown policy 'nope'"),
     (["--policies", "fcfs", "--token-scale", "50"], "lower --token-scale"),
+    (["--policies", "fcfs", "--profile", "missing.json"], "--profile: missing.json: cannot read profile"),
 ])
 def test_bad_input_is_one_error_line(model_dir, tmp_path, capsys, extra, msg):
     rc = bench.main([*SMALL[:-8], *extra, "--model", str(model_dir), "--out", str(tmp_path / "o")])
@@ -193,3 +207,16 @@ def test_a_stalled_policy_is_reported_and_the_next_one_still_runs(fake_serve, mo
     printed = capsys.readouterr()
     assert "thunderagent (stalled)" in printed.out and "thunderagent: stalled: engine idle" in printed.err
     assert _python_children() == []
+
+
+def test_comparison_table_gives_the_predicted_speed_up_and_its_error() -> None:
+    from mars_openhands.replay.bench_output import comparison_table
+
+    measured = {"fcfs": {"mean_e2e_s": 100.0, "p95_e2e_s": 200.0}, "thunderagent": {"mean_e2e_s": 80.0,
+                "p95_e2e_s": 150.0}, "mars": {"mean_e2e_s": 50.0, "p95_e2e_s": 80.0}}
+    predicted = {"calibrated": {"fcfs": {"mean_e2e_s": 90.0, "p95_e2e_s": 180.0},
+                                "thunderagent": {"mean_e2e_s": 60.0, "p95_e2e_s": 120.0},
+                                "mars": {"mean_e2e_s": 40.0, "p95_e2e_s": 70.0}}}
+    last = comparison_table(measured, predicted).splitlines()[-1].split()
+    # measured 80 / 50 = 1.60x; predicted 60 / 40 = 1.50x, 6 % low
+    assert last == ["x", "best", "(mean)", "1.60x", "1.50x", "-6%"]
