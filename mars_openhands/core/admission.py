@@ -11,7 +11,12 @@ Every `interval_s` (0.2 s) `tick()` reads both planes and moves two limits:
       KV overloaded:  enter usage >= 0.9; leave usage <= 0.85 (blocks only pins hold count as free)
       any overload                                                 -> W = max(W_min, floor(0.7 W))
       CPU healthy, usage <= 0.85, no preemption, spare blocks, W binds -> W = W + 1
-      limit = min(W, cpu_cap = ceil(workers x (1.0 + 2.0) / 2 / tool share))
+      limit = min(W, cpu_cap = ceil(calls x (1.0 + 2.0) / 2 / tool share))
+
+  Backlog is tool calls in flight per call the host can run: per worker while nothing queues,
+  else per call running now. `calls` is the workers until calls first queue, then an EMA of the
+  calls running while calls queue: a host full of 4-core builds runs a quarter as many calls as it
+  has workers, and a cap in workers would let four times too many sessions queue for it.
 
   The paper's cpu_cap assumes every admitted session has a tool call in flight. We measure the
   share instead: an EMA of the admitted sessions with no call in the engine (in a tool, or
@@ -370,6 +375,8 @@ class AimdAdmission(Admission):
         self.engaged_share = 1.0
         self.engaged_peak = 1.0
         self.tool_share = 1.0
+        #: EMA of the tool calls the host runs at once while calls queue for it (None until they do).
+        self.host_runs: float | None = None
 
     @property
     def limit(self) -> int:
@@ -424,7 +431,12 @@ class AimdAdmission(Admission):
         sessions = len(ws.sessions)
         out_share = (sessions - ws.in_engine) / sessions if sessions else 1.0
         self.tool_share += SHARE_EMA * (out_share - self.tool_share)
-        tools = workers * (cfg.cpu_backlog_low + cfg.cpu_backlog_high) / 2.0
+        if ctx.cpu.tools_queued:
+            # The host is full: the calls it runs now are what it can run (a build on 4 cores
+            # takes 4 workers), so the cap counts calls, not workers (docs/policies.md).
+            runs = max(1, ctx.cpu.tools_in_flight - ctx.cpu.tools_queued)
+            self.host_runs = runs if self.host_runs is None else self.host_runs + SHARE_EMA * (runs - self.host_runs)
+        tools = (self.host_runs or workers) * (cfg.cpu_backlog_low + cfg.cpu_backlog_high) / 2.0
         # (rounded first: an EMA that converged to 1 must not ceil 12.0000001 to 13)
         cpu_cap = max(cfg.w_min, math.ceil(round(tools / max(self.tool_share, MIN_SHARE), 6)))
         self.cpu_cap = cpu_cap if cfg.w_max is None else min(cpu_cap, cfg.w_max)
@@ -503,7 +515,7 @@ class AimdAdmission(Admission):
 
     def stats(self) -> Stats:
         p = self.pressure
-        return {"window": self.window, "limit": self.limit, "cpu_cap": self.cpu_cap,
+        return {"window": self.window, "limit": self.limit, "cpu_cap": self.cpu_cap, "host_runs": self.host_runs,
                 "kv_window_blocks": None if self.kv_window == math.inf else self.kv_window,
                 "kv_admit_window_blocks": None if self.kv_admit_window == math.inf else self.kv_admit_window,
                 "working_set_blocks": self.working_set.blocks,

@@ -132,6 +132,11 @@ class CpuState:
 
     @property
     def backlog(self) -> float:
+        """Calls in flight per call the host can run: the workers while nothing queues, else the
+        calls running now (a host full of multi-core builds runs fewer calls than it has workers)."""
+        queued = self.tools_queued
+        if queued:
+            return self.tools_in_flight / max(1, self.tools_in_flight - queued)
         return self.tools_in_flight / max(1, self.tool_workers)
 
     def observe_wait(self, wait_s: float) -> None:

@@ -508,3 +508,28 @@ def test_an_overloaded_tool_plane_pauses_the_youngest_sessions_beyond_cpu_cap():
         finish(p, reqs[sid], t + 0.1)
     assert adm.stats()["suspended"] == 2                          # 6 admitted, cpu_cap 4
     assert [sid for sid in reqs if not p.ctx.sessions[sid].admitted] == ["s4", "s5"]   # youngest
+
+
+def test_a_full_host_of_multi_core_calls_is_measured_in_the_calls_it_runs():
+    """64 workers running 16 four-core builds with 16 more queued: backlog is 2 (overloaded), not
+    0.5, and cpu_cap follows the 16 calls the host runs, not its 64 workers."""
+    a, ctx = AimdAdmission(AimdConfig()), ctx_with(workers=64)
+    ctx.cpu.tools_in_flight, ctx.cpu.tools_queued = 32, 16
+    assert ctx.cpu.backlog == pytest.approx(2.0)
+    for _ in range(400):
+        a.tick(ctx)
+    assert a.pressure.cpu_overloaded
+    assert a.host_runs == pytest.approx(16.0) and a.cpu_cap == 24          # ceil(16 x 1.5 / 1.0)
+    ctx.cpu.tools_in_flight, ctx.cpu.tools_queued = 10, 0                  # the queue drained:
+    assert ctx.cpu.backlog == pytest.approx(10 / 64)                       # per worker again
+    a.tick(ctx)
+    assert a.host_runs == pytest.approx(16.0)                              # what it ran when full
+
+
+def test_one_core_calls_read_the_same_as_workers():
+    ctx = ctx_with(workers=8)
+    ctx.cpu.tools_in_flight, ctx.cpu.tools_queued = 16, 8                  # 8 run, 8 queue
+    assert ctx.cpu.backlog == pytest.approx(16 / 8)
+    a = AimdAdmission(AimdConfig())
+    a.tick(ctx)
+    assert a.host_runs == 8 and a.cpu_cap == 12                            # the paper's cap
