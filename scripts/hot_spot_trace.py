@@ -27,7 +27,7 @@ from mars_openhands.workload.trace import SessionTrace, write_trace
 
 def hot_ids(count: int, replicas: int, seed: int) -> list[str]:
     """`count` session ids that `HashRing(replicas)` maps to replica 0."""
-    ring, out, i = HashRing(replicas), [], 0
+    ring, out, i = HashRing(replicas), list[str](), 0
     while len(out) < count:
         sid = f"hot-{seed}-{i}"
         if ring(sid) == 0:
