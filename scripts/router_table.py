@@ -23,7 +23,7 @@ def main(argv: list[str]) -> int:
     cells: dict[tuple[str, str, str], dict[int, tuple[float, float, float, float]]] = defaultdict(dict)
     for run in sorted(Path(argv[0]).iterdir()):
         m = NAME.match(run.name)
-        if not m or not (run / "summary.json").is_file():
+        if not m or not (run / "summary.json").is_file() or not (run / "routing.json").is_file():
             continue
         summary = json.loads((run / "summary.json").read_text())["policies"]
         routing = json.loads((run / "routing.json").read_text())

@@ -3,8 +3,8 @@
 `emit()` only appends to a bounded in-memory buffer (microseconds); one daemon thread drains it in
 batches to `POST {events_url}` as `{"events": [Event.to_dict(), ...]}`. One POST carries one session's
 events, with that session in the `X-Session-ID` header: a router with session affinity (vllm-router's
-`consistent_hash`) then sends them to the replica that serves the session's LLM calls (events of no
-session, telemetry, go without the header). A failed post is retried with
+`sticky_least_loaded` or `consistent_hash`) then sends them to the replica that serves the session's
+LLM calls (events of no session, telemetry, go without the header). A failed post is retried with
 exponential backoff (tenacity). Every POST body carries a `batch_id` that stays the same across its
 retries (also sent as `Idempotency-Key`; the body is what a router forwards for sure): a post that
 timed out after the engine applied it is answered as a duplicate on retry, not applied twice.
