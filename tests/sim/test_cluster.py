@@ -248,3 +248,14 @@ def test_sticky_least_loaded_spreads_what_consistent_hashing_piles_on_one_replic
     assert min(by["sticky_least_loaded"].calls) > 0 and by["sticky_least_loaded"].imbalance < 1.5
     assert mean["sticky_least_loaded"] < mean["consistent_hash"]
     assert 0.0 < by["sticky_least_loaded"].hit_rate <= 1.0
+
+
+def test_a_tool_handed_to_its_home_host_never_starts_before_it_was_submitted():
+    """A call served on a replica ahead of the session's home host submits its tool there; queued
+    behind a full pool, it starts when a worker frees, but not before its submission."""
+    from mars_openhands.sim.tools import ToolJob, ToolPool
+    pool = ToolPool(1)
+    first = ToolJob(object(), "t", None, 5.0, 1.0, 10.0)
+    late = ToolJob(object(), "t", None, 1.0, 1.0, 12.0)
+    assert pool.submit(first) == [first] and pool.submit(late) == []
+    assert pool.finish(first, 11.5) == [late] and late.started_s == 12.0
