@@ -88,8 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--replicas", type=positive(int), default=1,
                      help="engines, each with --tool-workers and --kv-blocks of its own (default 1)")
     rep.add_argument("--router", default="consistent_hash",
-                     help="consistent_hash (default), round_robin, or program (vllm-router's "
-                          "--enable-program-scheduling in front of the engines)")
+                     help="consistent_hash (default), round_robin, sticky_least_loaded, or program "
+                          "(vllm-router's --enable-program-scheduling in front of the engines)")
     rep.add_argument("--events", default="real",
                      help="what the engines hear of tools and sessions: real (default), inferred "
                           "(inferred tool starts only) or none")
@@ -250,7 +250,8 @@ def _cluster_simulator(args: argparse.Namespace, routing: dict[str, Any]) -> Sim
         result = run_cluster(sessions, profile, name, replicas=args.replicas, router=args.router,
                              events=args.events, stats=stats, **kw)
         routing[name] = {"replicas": args.replicas, "router": args.router, "events": args.events,
-                         **dataclasses.asdict(stats[0])}
+                         **dataclasses.asdict(stats[0]), "hit_rate": stats[0].hit_rate,
+                         "imbalance": stats[0].imbalance}
         return result
     return run
 
@@ -262,12 +263,13 @@ def _report_routing(routing: dict[str, Any], out: Path) -> None:
     (out / "routing.json").write_text(json.dumps(routing, indent=2) + "\n")
     first = next(iter(routing.values()))
     print(f"\nrouting: {first['replicas']} replicas, router {first['router']}, events {first['events']}")
-    print(f"{'policy':<16}{'moved calls':>12}{'calls/replica min-max':>23}{'late arrivals (max s)':>23}"
-          "  program scheduling")
+    print(f"{'policy':<16}{'moved calls':>12}{'calls/replica min-max':>23}{'imbalance':>10}{'hit rate':>9}"
+          f"{'late arrivals (max s)':>23}  router")
     for name, r in routing.items():
         late = f"{r['late_arrivals']} ({r['max_late_s']:.2f})"
-        extra = ", ".join(f"{k} {v}" for k, v in r["program"].items())
-        print(f"{name:<16}{r['moved_calls']:>12}{min(r['calls']):>11}-{max(r['calls']):<11}{late:>23}  {extra}")
+        extra = ", ".join(f"{k} {v}" for k, v in {**r["program"], **r["sticky"]}.items())
+        print(f"{name:<16}{r['moved_calls']:>12}{min(r['calls']):>11}-{max(r['calls']):<11}{r['imbalance']:>10.2f}"
+              f"{r['hit_rate']:>9.1%}{late:>23}  {extra}")
 
 
 # ---- gen-trace ----------------------------------------------------------------------------------

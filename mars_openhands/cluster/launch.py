@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mars_openhands.cluster.router import AFFINITY_POLICY, router_command
+from mars_openhands.cluster.router import DEFAULT_POLICY, router_command
 from mars_openhands.procs import ChildServer, free_port
 from mars_openhands.vllm.serve import serve_command
 
@@ -33,7 +33,7 @@ class ClusterSpec:
     host: str = "127.0.0.1"
     port: int = 8000
     replica_ports: list[int] = field(default_factory=list)   # default: port + 1, port + 2, ...
-    router_policy: str = AFFINITY_POLICY
+    router_policy: str = DEFAULT_POLICY
     vllm_args: list[str] = field(default_factory=list)
     router_args: list[str] = field(default_factory=list)
     gpus_per_replica: int = 0          # > 0: replica i sees GPUs [i*g, (i+1)*g) (CUDA_VISIBLE_DEVICES)

@@ -1,9 +1,15 @@
 """`vllm-router` (the `vllm-router` package: a Rust router with a Python launcher) as a child process.
 
-With `--policy consistent_hash` it hashes the first non-empty header of `x-session-id`,
-`x-user-id`, ... onto a ring of workers, so every request of a session that carries `X-Session-ID`
-reaches one replica, paths it does not know (`/mars/v1/*`) included. It does not pass that header
-on for those paths, which is why every MARS event names its session in the body.
+Both affinity policies key a session on the first non-empty header of `x-session-id`,
+`x-user-id`, ..., so every request of a session that carries `X-Session-ID` reaches one replica,
+paths the router does not know (`/mars/v1/*`) included. It does not pass that header on for those
+paths, which is why every MARS event names its session in the body.
+
+- `sticky_least_loaded` (the default, chosen by measurement: docs/cluster.md "Choosing the router
+  policy") places a new session on the replica with the fewest sessions and keeps it there until
+  `POST /finish_session?session_id=...` (sent by the MARS event emitter after a delivered
+  `session_ended`) or 2 hours of silence; a session whose replica is down is placed again.
+- `consistent_hash` hashes the session onto a ring of workers, whatever their load.
 """
 from __future__ import annotations
 
@@ -16,8 +22,8 @@ from pathlib import Path
 #: `--policy` values of vllm-router 0.1.17.
 ROUTER_POLICIES = ("consistent_hash", "round_robin", "random", "cache_aware", "kv_aware", "power_of_two",
                    "sticky_least_loaded")
-#: Default routing: session affinity on `X-Session-ID`.
-AFFINITY_POLICY = "consistent_hash"
+#: Default routing: session affinity on `X-Session-ID`, new sessions to the replica with the fewest.
+DEFAULT_POLICY = "sticky_least_loaded"
 
 
 class RouterError(RuntimeError):
@@ -36,7 +42,7 @@ def router_executable() -> str:
     return found
 
 
-def router_command(worker_urls: Sequence[str], *, policy: str = AFFINITY_POLICY, host: str = "127.0.0.1",
+def router_command(worker_urls: Sequence[str], *, policy: str = DEFAULT_POLICY, host: str = "127.0.0.1",
                    port: int = 8000, prometheus_port: int | None = None, health_interval_s: int = 5,
                    extra: Sequence[str] = (), executable: str | None = None) -> list[str]:
     """The router's command line over `worker_urls` (replicas already healthy: checked every second).

@@ -3,14 +3,23 @@
 `emit()` only appends to a bounded in-memory buffer (microseconds); one daemon thread drains it in
 batches to `POST {events_url}` as `{"events": [Event.to_dict(), ...]}`. One POST carries one session's
 events, with that session in the `X-Session-ID` header: a router with session affinity (vllm-router's
-`consistent_hash`) then sends them to the replica that serves the session's LLM calls (events of no
-session, telemetry, go without the header). A failed post is retried with
+`sticky_least_loaded` or `consistent_hash`) then sends them to the replica that serves the session's
+LLM calls (events of no session, telemetry, go without the header). A failed post is retried with
 exponential backoff (tenacity). Every POST body carries a `batch_id` that stays the same across its
 retries (also sent as `Idempotency-Key`; the body is what a router forwards for sure): a post that
 timed out after the engine applied it is answered as a duplicate on retry, not applied twice.
 A batch that still fails, or an event that finds the buffer full, is
 dropped and counted, and the first drop of each outage is logged. At exit the buffer is flushed for
 at most `exit_flush_timeout_s`, so a dead engine never holds the agent's process open.
+
+**Ending a session at the router.** vllm-router's `sticky_least_loaded` policy keeps every session
+it has seen bound to its replica, and counts it as that replica's load, until
+`POST /finish_session?session_id=<id>` (or two hours of silence). So once a batch holding a
+session's `session_ended` is delivered (delivered first: an event of an unknown session would bind
+it afresh), the emitter posts that next to the events path (`.../mars/v1/events` ->
+`.../finish_session`), once, without retries: the router's expiry covers a lost one. Other router
+policies answer it and ignore it; an endpoint without it (a replica itself, 404 or 405) turns it
+off for the emitter's life.
 """
 from __future__ import annotations
 
@@ -26,7 +35,7 @@ from typing import Any
 import httpx
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
-from mars_openhands.events import Event, by_session
+from mars_openhands.events import Event, SessionEnded, by_session
 from mars_openhands.openhands.config import EmitterConfig
 
 log = logging.getLogger("mars_openhands.emitter")
@@ -35,6 +44,17 @@ log = logging.getLogger("mars_openhands.emitter")
 SESSION_HEADER = "X-Session-ID"
 #: The batch id again, for servers and proxies that deduplicate on the conventional header.
 IDEMPOTENCY_HEADER = "Idempotency-Key"
+#: The events endpoint's path, and vllm-router's endpoint that ends a session's stickiness.
+EVENTS_PATH = "/mars/v1/events"
+FINISH_SESSION_PATH = "/finish_session"
+
+
+def finish_session_url(events_url: str) -> str | None:
+    """`/finish_session` beside `events_url`; None when `events_url` is not `.../mars/v1/events`."""
+    base = events_url.rstrip("/")
+    if not base.endswith(EVENTS_PATH):
+        return None
+    return base[: -len(EVENTS_PATH)] + FINISH_SESSION_PATH
 
 
 class _Retryable(Exception):
@@ -49,6 +69,8 @@ class EmitterStats:
     dropped_failed: int = 0
     batches: int = 0
     retries: int = 0
+    finished_sessions: int = 0      # POST /finish_session answered 2xx
+    finish_failed: int = 0          # ... not answered, or answered otherwise (404/405 turn it off)
 
     @property
     def dropped(self) -> int:
@@ -67,6 +89,7 @@ class EventEmitter:
         if not config.events_url:
             raise ValueError("EventEmitter: events_url is required")
         self._url: str = config.events_url
+        self._finish_url = finish_session_url(config.events_url)
         self.config = config
         self.stats = EmitterStats()
         self._buf: deque[Event] = deque()
@@ -188,6 +211,25 @@ class EventEmitter:
             return str(e) or type(e).__name__
         return None
 
+    def _finish_session(self, session_id: str) -> None:
+        """Tell the router the session is over (best effort, one attempt)."""
+        if self._finish_url is None:
+            return
+        try:
+            r = self._client.post(self._finish_url, params={"session_id": session_id})
+        except httpx.HTTPError as e:
+            log.debug("mars events: %s for %s failed: %s", FINISH_SESSION_PATH, session_id, e)
+            self.stats.finish_failed += 1
+            return
+        if r.is_success:
+            self.stats.finished_sessions += 1
+            return
+        self.stats.finish_failed += 1
+        if r.status_code in (404, 405):            # not a router (a replica itself): stop asking
+            log.debug("mars events: %s answers %s to %s; not sent again", self._finish_url, r.status_code,
+                      FINISH_SESSION_PATH)
+            self._finish_url = None
+
     def _count_retry(self) -> None:
         self.stats.retries += 1
 
@@ -198,6 +240,8 @@ class EventEmitter:
                 return
             for session_id, events in by_session(batch):
                 failure = self._send(events, session_id)
+                if failure is None and session_id and any(isinstance(e, SessionEnded) for e in events):
+                    self._finish_session(session_id)
                 with self._cond:
                     if self._in_flight:  # zero when close() gave up on this batch and counted it
                         self._count(len(events), failure)

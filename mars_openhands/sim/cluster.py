@@ -8,7 +8,12 @@ the registry, fed by a router model (`routing.py`):
   hop: the prefix cache and the pins of the replica it just left do not serve it, and the replica it
   reaches sees a session it has not seen (or has stale blocks of, from an earlier visit);
 - `program`: vllm-router's `--enable-program-scheduling` in front of the replicas (`ProgramGate`,
-  one per replica; sessions bound by consistent hash), with any engine policy (stock: `fcfs`).
+  one per replica; sessions bound by consistent hash), with any engine policy (stock: `fcfs`);
+- `sticky_least_loaded`: a session's first call goes to the replica with the fewest sessions in the
+  router's table, every later call and event follows it (`StickyLeastLoaded`); the agent's
+  `session_ended` event, once delivered, is followed by `POST /finish_session` (as the MARS event
+  emitter sends it), so the router forgets the session. With `events` other than `real` no
+  `session_ended` is sent and sessions leave the table only on the router's 2-hour idle expiry.
 
 `events` is what the replicas' policies hear of tools and sessions: `real` (the agents' events),
 `inferred` (only an inferred tool start when a call ends with tool calls, on the replica that
@@ -26,9 +31,11 @@ furthest behind (its clock: now if it has work, else its next happening) by one 
 single-engine loop; a call handed to a replica is an arrival in that replica's own queue. Under
 `consistent_hash` and `program` no replica ever hands over a call, the replicas are independent and
 each runs exactly as the single-engine simulator would on its share (N=1 equals it bit for bit).
-Under round robin a replica can be up to one step ahead when a call is handed to it; its decode
-fast-forward is cut every `SYNC_S` to keep that small, and the arrival is then taken at the replica's
-own time (the delay is reported as `late_arrival_s`).
+Under round robin (and `sticky_least_loaded`, whose sessions are served away from their home host)
+a replica can be up to one step ahead when a call is handed to it; its decode fast-forward is cut
+every `SYNC_S` to keep that small, and the arrival is then taken at the replica's own time (the
+delay is reported as `late_arrival_s`). The sticky router's table is read and written when a call
+or event is routed, so it sees other replicas' session ends up to that step late.
 """
 from __future__ import annotations
 
@@ -54,7 +61,7 @@ from mars_openhands.sim.engine import Engine, SimulationError
 from mars_openhands.sim.entities import SimSession
 from mars_openhands.sim.kv import INF
 from mars_openhands.sim.profiles import Profile, get_profile
-from mars_openhands.sim.routing import HashRing, ProgramGate, check_router
+from mars_openhands.sim.routing import HashRing, ProgramGate, StickyLeastLoaded, check_router
 from mars_openhands.sim.runner import ideal_latency
 from mars_openhands.sim.stats import Sample
 from mars_openhands.sim.tools import ToolJob, ToolPlane
@@ -70,8 +77,9 @@ AGENT_EVENTS = (ToolStarted, ToolFinished, ToolCancelled, SessionEnded, CpuTelem
 @dataclass
 class ClusterStats:
     """What the routing did: calls served on a replica other than the session's previous one,
-    calls and sessions per replica, handed-over arrivals taken late, the program gates' counters
-    (summed over replicas)."""
+    calls and sessions per replica, handed-over arrivals taken late, prompt tokens served from the
+    prefix cache and prefilled (recomputation included), the program gates' counters (summed over
+    replicas), the sticky router's table counters."""
 
     moved_calls: int = 0
     calls: list[int] = field(default_factory=list)
@@ -79,7 +87,21 @@ class ClusterStats:
     late_arrivals: int = 0
     late_arrival_s: float = 0.0
     max_late_s: float = 0.0
+    prefix_hit_tokens: int = 0
+    prefill_tokens: int = 0
     program: dict[str, int] = field(default_factory=dict)
+    sticky: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def hit_rate(self) -> float:
+        """Share of prompt tokens the prefix cache served."""
+        total = self.prefix_hit_tokens + self.prefill_tokens
+        return self.prefix_hit_tokens / total if total else 0.0
+
+    @property
+    def imbalance(self) -> float:
+        """Calls on the busiest replica over the mean (1.0: even)."""
+        return max(self.calls) * len(self.calls) / sum(self.calls) if sum(self.calls) else 1.0
 
 
 class _HostTools:
@@ -185,7 +207,7 @@ class Replica(Engine):
         if self.handed.pop(s, None) is not None:
             self._arrive(s)
             return
-        target = self.cluster.call_target(s.sid)
+        target = self.cluster.call_target(s.sid, self.now)
         if target is self and self.by_id[s.sid] is s:
             self._arrive(s)
         else:
@@ -238,11 +260,15 @@ class Replica(Engine):
             return super()._emit(ToolStarted(ev.session_id, ev.t, INFERRED_TOOL))
         if isinstance(ev, CpuTelemetry):
             return super()._emit(ev)          # the host's own telemetry
-        target = self.cluster.event_target(ev.session_id)
+        target = self.cluster.event_target(ev.session_id, self.now)
         if target is self:
-            return super()._emit(ev)
-        target.pins.release_policy_pins(Engine._emit(target, ev), self.now)
-        return []
+            pins = super()._emit(ev)
+        else:
+            target.pins.release_policy_pins(Engine._emit(target, ev), self.now)
+            pins = []
+        if isinstance(ev, SessionEnded) and self.cluster.sticky is not None:
+            self.cluster.sticky.finish(ev.session_id)     # the emitter's POST /finish_session
+        return pins
 
 
 class Cluster:
@@ -253,7 +279,8 @@ class Cluster:
         check_router(router, events)
         self.router, self.events = router, events
         self.ring = HashRing(replicas)
-        self.hops = router == "round_robin" and replicas > 1
+        self.hops = router in ("round_robin", "sticky_least_loaded") and replicas > 1
+        self.sticky = StickyLeastLoaded(replicas) if router == "sticky_least_loaded" else None
         self.moved = 0
         self._rr = 0
         ordered = sorted(sessions, key=lambda s: (s.arrival_s, s.session_id))
@@ -271,12 +298,18 @@ class Cluster:
         self._rr += 1
         return r
 
-    def call_target(self, session_id: str) -> Replica:
+    def call_target(self, session_id: str, now: float) -> Replica:
         """Where the session's next LLM call goes."""
-        return self.next_replica() if self.router == "round_robin" else self.home_of(session_id)
+        return self._route(session_id, now)
 
-    def event_target(self, session_id: str) -> Replica:
-        """Where an event POST with this session's `X-Session-ID` goes."""
+    def event_target(self, session_id: str, now: float) -> Replica:
+        """Where an event POST with this session's `X-Session-ID` goes (the router does not tell
+        calls from events)."""
+        return self._route(session_id, now)
+
+    def _route(self, session_id: str, now: float) -> Replica:
+        if self.sticky is not None:
+            return self.replicas[self.sticky.route(session_id, now)]
         return self.next_replica() if self.router == "round_robin" else self.home_of(session_id)
 
     def hand_over(self, s: SimSession, target: Replica, now: float) -> None:
@@ -323,10 +356,14 @@ class Cluster:
             if r.gate is not None:
                 for k, v in r.gate.stats().items():
                     program[k] = program.get(k, 0) + v
-        return ClusterStats(moved_calls=self.moved, calls=[r.calls for r in self.replicas],
-                            sessions=[len(r.last_turn) for r in self.replicas],
+        rs = self.replicas
+        return ClusterStats(moved_calls=self.moved, calls=[r.calls for r in rs],
+                            sessions=[len(r.last_turn) for r in rs],
                             late_arrivals=int(self.late[0]), late_arrival_s=self.late[1],
-                            max_late_s=self.late[2], program=program)
+                            max_late_s=self.late[2],
+                            prefix_hit_tokens=sum(r.counters.prefix_hit_tokens for r in rs),
+                            prefill_tokens=sum(r.counters.prefill_tokens for r in rs), program=program,
+                            sticky={} if self.sticky is None else self.sticky.stats())
 
 
 def _merged_timeline(replicas: list[Replica]) -> list[Sample]:

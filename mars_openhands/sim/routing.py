@@ -4,6 +4,17 @@
   replica, the session id hashed onto it (blake2b here, the router's own hash there: the same shape,
   not the same assignment), so every call and event of a session reaches one replica.
 - round robin needs no model beyond a counter (`cluster.py`).
+- `StickyLeastLoaded`: `--policy sticky_least_loaded` (vllm-router 0.1.17,
+  `src/policies/sticky_least_loaded.rs`). The router keeps a table session id -> replica and, per
+  replica, the number of *sessions* in that table (its only load signal: not in-flight requests,
+  queue lengths or KV usage). A session's first request (a call or an event POST carrying
+  `X-Session-ID`) goes to the healthy replica with the fewest sessions, ties broken by rendezvous
+  hashing of `"<session>:<replica>"`; every later request follows the table. A session leaves the
+  table on `POST /finish_session?session_id=...`, or when unused for 7,200 s
+  (`VLLM_ROUTER_SLL_SESSION_EXPIRATION_IN_S`; swept at most every 60 s, at a request). A request
+  whose replica is no longer healthy drops the entry and is placed afresh, and then sticks there.
+  Left out: requests without a session id (balanced least-loaded, not recorded; every call here
+  has one) and the router's hash (blake2b here: the same shape, not the same ties).
 - `ProgramGate`: `--enable-program-scheduling` with its defaults (program identity from
   `X-Session-ID`, i.e. `program_scheduling_enable_key: auto`; no `token_capacity_per_dp_rank`),
   one gate per replica. A session (program) is bound to a replica by consistent hash. Its calls
@@ -27,11 +38,11 @@ import bisect
 import hashlib
 import math
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 #: Router models of `--router` (`simulate --replicas N`).
-ROUTERS = ("consistent_hash", "round_robin", "program")
+ROUTERS = ("consistent_hash", "round_robin", "program", "sticky_least_loaded")
 #: What boundary events the replicas get: the agents' real ones, only inferred tool starts, none.
 EVENT_MODES = ("real", "inferred", "none")
 
@@ -60,6 +71,72 @@ class HashRing:
     def __call__(self, session_id: str) -> int:
         k = bisect.bisect_left(self._keys, stable_hash(session_id))
         return self._owners[k % len(self._keys)]
+
+
+@dataclass
+class StickyLeastLoaded:
+    """vllm-router's `sticky_least_loaded` table over `n` replicas (see the module docstring)."""
+
+    n: int
+    expiration_s: float = 7200.0             # DEFAULT_SESSION_EXPIRATION_SECS
+    sweep_s: float = 60.0                    # SWEEP_INTERVAL_SECS
+    table: dict[str, int] = field(default_factory=dict)
+    last_access: dict[str, float] = field(default_factory=dict)
+    counts: list[int] = field(default_factory=list)
+    last_sweep: float = 0.0
+    placed: int = 0
+    finished: int = 0
+    expired: int = 0
+    rebound: int = 0
+
+    def __post_init__(self) -> None:
+        if self.n < 1:
+            raise ValueError(f"replicas must be >= 1, got {self.n}")
+        self.counts = [0] * self.n
+
+    def route(self, session_id: str, now: float, healthy: Sequence[int] | None = None) -> int:
+        """The replica of a request of `session_id` at `now`; `healthy`: the live replicas (all)."""
+        live = range(self.n) if healthy is None else healthy
+        if not live:
+            raise ValueError("sticky_least_loaded: no healthy replica")
+        self._sweep(now)
+        home = self.table.get(session_id)
+        if home is not None:
+            if home in live:
+                self.last_access[session_id] = now
+                return home
+            self._drop(session_id)           # its replica is gone: placed afresh below
+            self.rebound += 1
+        low = min(self.counts[i] for i in live)
+        pick = max((i for i in live if self.counts[i] == low),
+                   key=lambda i: (stable_hash(f"{session_id}:replica-{i}"), -i))
+        self.table[session_id] = pick
+        self.last_access[session_id] = now
+        self.counts[pick] += 1
+        self.placed += 1
+        return pick
+
+    def finish(self, session_id: str) -> None:
+        """`POST /finish_session?session_id=...`: the session leaves the table (unknown: no-op)."""
+        if session_id in self.table:
+            self._drop(session_id)
+            self.finished += 1
+
+    def _drop(self, session_id: str) -> None:
+        self.counts[self.table.pop(session_id)] -= 1
+        del self.last_access[session_id]
+
+    def _sweep(self, now: float) -> None:
+        if now - self.last_sweep < self.sweep_s:
+            return
+        for sid in [s for s, t in self.last_access.items() if now - t >= self.expiration_s]:
+            self._drop(sid)
+            self.expired += 1
+        self.last_sweep = now
+
+    def stats(self) -> dict[str, int]:
+        return {"sll_placed": self.placed, "sll_finished": self.finished, "sll_expired": self.expired,
+                "sll_rebound": self.rebound, "sll_tracked": len(self.table)}
 
 
 @dataclass(frozen=True)

@@ -78,7 +78,7 @@ class ToolPool:
             if self.busy + job.cores > self.workers + 1e-9 and self.running:
                 break
             q.popleft()
-            job.started_s = now
+            job.started_s = max(now, job.submitted_s)   # a job handed over from a replica ahead
             self.busy += job.cores
             self.running += 1
             started.append(job)

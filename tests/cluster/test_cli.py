@@ -44,7 +44,7 @@ def test_router_command_uses_session_affinity_and_checks_its_policy():
     cmd = router_command(["http://a:1", "http://b:2"], port=7000, prometheus_port=7001,
                          extra=["--enable-program-scheduling"], executable="vllm-router")
     assert cmd[:4] == ["vllm-router", "--worker-urls", "http://a:1", "http://b:2"]
-    assert cmd[cmd.index("--policy") + 1] == "consistent_hash"
+    assert cmd[cmd.index("--policy") + 1] == "sticky_least_loaded"
     assert cmd[cmd.index("--prometheus-port") + 1] == "7001" and cmd[-1] == "--enable-program-scheduling"
     with pytest.raises(ValueError, match="router policy 'sticky' unknown"):
         router_command(["http://a:1"], policy="sticky", executable="vllm-router")
@@ -61,7 +61,7 @@ def test_dry_run_prints_every_replica_and_the_router(tmp_path, capsys, model_dir
     assert len(lines) == 3
     for line, port in zip(lines, (9101, 9102)):
         assert f"serve --policy mars --model {model_dir} --port {port} --max-model-len 2048" in line
-    assert "--worker-urls http://127.0.0.1:9101 http://127.0.0.1:9102 --policy consistent_hash" in lines[2]
+    assert "--worker-urls http://127.0.0.1:9101 http://127.0.0.1:9102 --policy sticky_least_loaded" in lines[2]
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -3,7 +3,8 @@
 Sessions' calls and events land on one replica each (each replica's `/mars/v1/stats?session=`
 says so); an agent that sends no events gets inferred tool boundaries from its calls' `tool_calls`
 finishes; killing a replica leaves the other serving, the moved session starting afresh there;
-Ctrl-C leaves no process of the cluster behind. About 3-5 minutes on 2 cores.
+Ctrl-C leaves no process of the cluster behind. Once per router policy, `consistent_hash` and
+`sticky_least_loaded`; about 3-5 minutes each on 2 cores.
 """
 from __future__ import annotations
 
@@ -42,8 +43,8 @@ def _tree(pid: int) -> list[psutil.Process]:
         return []
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
+@pytest.fixture(scope="module", params=["consistent_hash", "sticky_least_loaded"])
+def cluster(tmp_path_factory, request):
     if not (TINY / "config.json").is_file():
         pytest.skip("models/tiny is not built (make model)")
     logs = tmp_path_factory.mktemp("cluster")
@@ -52,7 +53,7 @@ def cluster(tmp_path_factory):
     env = {k: v for k, v in os.environ.items() if k != "VLLM_ENABLE_V1_MULTIPROCESSING"}
     cmd = [sys.executable, "-m", "mars_openhands.cli", "cluster", "serve", "--replicas", "2",
            "--policy", "mars", "--model", str(TINY), "--port", str(port), "--replica-ports", ports,
-           "--log-dir", str(logs), "--tool-workers", "2", "--max-model-len", "2048",
+           "--log-dir", str(logs), "--router-policy", request.param, "--tool-workers", "2", "--max-model-len", "2048",
            "--kv-cache-memory-bytes", str(64 << 20), "--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
     out = open(logs / "cluster.out", "w")
     proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -118,7 +119,7 @@ def test_an_agent_without_events_gets_inferred_tool_boundaries(cluster):
     assert boundaries["inferred_tools"] == 2 and boundaries["inferred_tools_measured"] == 1
 
 
-def test_sessions_land_on_one_replica_each_and_a_killed_replica_leaves_the_other_serving(cluster, capsys):
+def test_sessions_land_on_one_replica_each_and_a_killed_replica_leaves_the_other_serving(cluster, capsys, request):
     proc, client, model, replicas, logs = cluster
     # First calls of a few sessions: the router's hash spreads them; keep one session per replica.
     home: dict[str, str] = {}
@@ -182,8 +183,8 @@ def test_sessions_land_on_one_replica_each_and_a_killed_replica_leaves_the_other
         failed += 1
         assert time.monotonic() - t0 < 120, f"no failover after {failed} failed calls"
         time.sleep(0.5)
-    print(f"\nfailover: {failed} calls of the moved session before the survivor answered, "
-          f"{time.monotonic() - t0:.1f} s")
+    print(f"\nfailover ({request.node.callspec.params['cluster']}): {failed} calls of the moved session "
+          f"before the survivor answered, {time.monotonic() - t0:.1f} s")
     assert _chat(client, model, survivor, 4).status_code == 200
     moved_there = _kinds(_history(alive, moved))
     assert moved_there.count("turn_submitted") == 1          # a new session on the survivor

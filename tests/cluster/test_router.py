@@ -1,4 +1,5 @@
-"""The real vllm-router (consistent_hash) in front of two fake replicas: where calls and events land.
+"""The real vllm-router in front of two fake replicas: where calls and events land (consistent_hash,
+sticky_least_loaded), and what the emitter's `POST /finish_session` does there.
 
 Quick (the router starts in a few seconds, the replicas are in-process HTTP servers), so it runs by
 default; it is skipped where vllm-router is not installed. The same on real engines: test_cluster_e2e.
@@ -81,18 +82,40 @@ class FakeReplica:
         self.httpd.server_close()
 
 
-@pytest.fixture
-def routed(tmp_path):
+def _routed(tmp_path, policy: str):
     replicas = [FakeReplica("a"), FakeReplica("b")]
     port = free_port()
     router = ChildServer("vllm-router",
-                         router_command([r.url for r in replicas], port=port, prometheus_port=free_port()),
+                         router_command([r.url for r in replicas], policy=policy, port=port,
+                                        prometheus_port=free_port()),
                          f"http://127.0.0.1:{port}", tmp_path / "router.log")
     router.start(60.0)
     yield router, replicas
     router.stop()
     for r in replicas:
         r.close()
+
+
+@pytest.fixture
+def routed(tmp_path):
+    yield from _routed(tmp_path, "consistent_hash")
+
+
+@pytest.fixture
+def sticky(tmp_path):
+    yield from _routed(tmp_path, "sticky_least_loaded")
+
+
+def _call(client, sid: str) -> None:
+    r = client.post("/v1/chat/completions", headers={"X-Session-ID": sid},
+                    json={"model": "m", "messages": [], "vllm_xargs": {"session_id": sid}})
+    assert r.status_code == 200, r.text
+
+
+def _home(replicas, sid: str) -> str:
+    held = [r.name for r in replicas if sid in r.sessions]
+    assert len(held) == 1, (sid, held)
+    return held[0]
 
 
 def test_calls_and_events_of_a_session_land_on_one_replica(routed):
@@ -149,3 +172,42 @@ def test_cluster_stats_finds_the_replicas_through_the_router_and_sums_them(route
     assert set(total["windows"].values()) == {4}
     table = format_table(per, total)
     assert "unreachable" in table and "total (2/3 up)" in table
+
+
+def test_sticky_least_loaded_places_sessions_by_count_and_the_emitter_frees_ended_ones(sticky):
+    router, replicas = sticky
+    emitter = EventEmitter(EmitterConfig(events_url=router.url + "/mars/v1/events", flush_interval_s=0.05))
+    with httpx.Client(base_url=router.url, timeout=10) as client:
+        first = [f"s{i}" for i in range(4)]
+        for sid in first:
+            _call(client, sid)
+        home = {sid: _home(replicas, sid) for sid in first}
+        assert sorted(home.values()) == ["a", "a", "b", "b"]           # new sessions: the emptier replica
+        for _ in range(3):                                              # later calls and events stick
+            for sid in first:
+                _call(client, sid)
+                emitter.emit(ToolStarted(sid, time.time(), "terminal"))
+        assert emitter.flush(10.0)
+        ended = [sid for sid in first if home[sid] == "a"]
+        for sid in ended:                                               # both of replica a's sessions end
+            emitter.emit(SessionEnded(sid, time.time()))
+        assert emitter.flush(10.0)
+        assert emitter.stats.finished_sessions == 2 and emitter.stats.finish_failed == 0
+        for sid in ("t0", "t1"):              # a: 0 sessions, b: 2; without finish_session a tie, then b
+            _call(client, sid)
+            assert _home(replicas, sid) == "a"
+    emitter.close()
+    for r in replicas:
+        assert all(home[sid] == r.name for sid in r.sessions if sid in home)
+        assert {sid for sid, _ in r.events} == {sid for sid in first if home[sid] == r.name}
+
+
+def test_finish_session_is_answered_and_ignored_under_consistent_hash(routed):
+    router, replicas = routed
+    with httpx.Client(base_url=router.url, timeout=10) as client:
+        _call(client, "x")
+        home = _home(replicas, "x")
+        r = client.post("/finish_session", params={"session_id": "x"})
+        assert r.status_code == 200, r.text
+        _call(client, "x")                                              # still hashed to the same replica
+    assert [sid for sid, _ in next(r for r in replicas if r.name == home).calls] == ["x", "x"]

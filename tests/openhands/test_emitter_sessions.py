@@ -7,21 +7,28 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from mars_openhands.events import CpuTelemetry, ToolFinished, ToolStarted, by_session, parse_batch
+from mars_openhands.events import CpuTelemetry, SessionEnded, ToolFinished, ToolStarted, by_session, parse_batch
 from mars_openhands.openhands.config import EmitterConfig
-from mars_openhands.openhands.emitter import EventEmitter
+from mars_openhands.openhands.emitter import EventEmitter, finish_session_url
 
 pytestmark = pytest.mark.agent
 
 
 class _Recorder(BaseHTTPRequestHandler):
     posts: list[tuple[str | None, list]] = []
+    finish_status = 200                     # what POST /finish_session answers (404: not a router)
 
     def log_message(self, *args) -> None:
         pass
 
     def do_POST(self) -> None:  # noqa: N802
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if self.path.startswith("/finish_session"):
+            self.posts.append(("finish", [self.path]))
+            self.send_response(self.finish_status)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         self.posts.append((self.headers.get("X-Session-ID"), parse_batch(json.loads(body))))
         self.send_response(200)
         self.send_header("Content-Length", "2")
@@ -32,6 +39,7 @@ class _Recorder(BaseHTTPRequestHandler):
 @pytest.fixture
 def recorder():
     _Recorder.posts = []
+    _Recorder.finish_status = 200
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
@@ -67,3 +75,37 @@ def test_every_post_carries_one_session_named_in_its_header(recorder):
 def test_by_session_keeps_first_seen_order():
     a1, b1, a2 = ToolStarted("a", 1.0, "t"), ToolStarted("b", 2.0, "t"), ToolFinished("a", 3.0, "t", 2.0)
     assert by_session([a1, b1, a2]) == [("a", [a1, a2]), ("b", [b1])]
+
+
+def test_a_delivered_session_end_is_followed_by_finish_session_at_the_router(recorder):
+    url, posts = recorder
+    em = EventEmitter(EmitterConfig(events_url=url, flush_interval_s=0.05))
+    em.emit(ToolStarted("a", 1.0, "terminal"))
+    em.emit(ToolStarted("b", 1.0, "terminal"))
+    assert em.flush(5.0)
+    em.emit(SessionEnded("a", 2.0))
+    assert em.flush(5.0)
+    em.close()
+    finishes = [p for h, p in posts if h == "finish"]
+    assert finishes == [["/finish_session?session_id=a"]]          # only the ended session, once
+    ended_at = next(i for i, (_, evs) in enumerate(posts) if any(isinstance(e, SessionEnded) for e in evs))
+    assert posts[ended_at + 1] == ("finish", ["/finish_session?session_id=a"])   # after its delivery
+    assert em.stats.finished_sessions == 1 and em.stats.finish_failed == 0
+
+
+def test_an_endpoint_without_finish_session_is_asked_once(recorder):
+    url, posts = recorder
+    _Recorder.finish_status = 404                                   # a replica itself, no router
+    em = EventEmitter(EmitterConfig(events_url=url, flush_interval_s=0.05))
+    for sid in ("a", "b", "c"):
+        em.emit(SessionEnded(sid, 2.0))
+        assert em.flush(5.0)
+    em.close()
+    assert [p for h, p in posts if h == "finish"] == [["/finish_session?session_id=a"]]
+    assert em.stats.sent == 3 and em.stats.finish_failed == 1 and em.stats.finished_sessions == 0
+
+
+def test_finish_session_sits_beside_the_events_path():
+    assert finish_session_url("http://r:8000/mars/v1/events") == "http://r:8000/finish_session"
+    assert finish_session_url("http://r:8000/proxy/mars/v1/events/") == "http://r:8000/proxy/finish_session"
+    assert finish_session_url("http://r:8000/events") is None       # not ours to guess

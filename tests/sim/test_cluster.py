@@ -206,3 +206,56 @@ def test_acting_ttl_is_zero_until_the_window_is_full_and_bounded_after():
     ttl = fitted_acting_ttl(cfg, short, 5.0)
     assert 0.5 < ttl <= cfg.max_acting_ttl_s          # cheap to wait for a call due in 0.5 s
     assert fitted_acting_ttl(cfg, deque([600.0] * 10), 5.0) == 0.0   # calls come too late to wait
+
+
+def _hot_sessions(n: int, replicas: int):
+    """`n` tiny sessions whose ids all hash to replica 0 under consistent hashing."""
+    ring, ids, i = HashRing(replicas), [], 0
+    while len(ids) < n:
+        if ring(f"hot-{i}") == 0:
+            ids.append(f"hot-{i}")
+        i += 1
+    return [growing(sid, 0.2 * k, 6, first=300, tool=0.5, sys_id="sys", sys_tokens=64)
+            for k, sid in enumerate(ids)]
+
+
+def test_sticky_least_loaded_keeps_a_session_on_one_replica_and_forgets_it_at_its_end():
+    sessions = _tiny_sessions()
+    stats: list[ClusterStats] = []
+    run = run_cluster(sessions, TINY, "mars", replicas=3, router="sticky_least_loaded", stats=stats)
+    assert all(s.finish_s is not None for s in run.sessions)
+    st = stats[0]
+    assert st.moved_calls == 0 and sum(st.sessions) == len(sessions)   # one replica per session
+    assert sum(st.calls) == sum(len(t.turns) for t in sessions)
+    assert max(st.sessions) - min(st.sessions) <= 2                     # placed by session counts
+    assert st.sticky == {"sll_placed": len(sessions), "sll_finished": len(sessions), "sll_expired": 0,
+                         "sll_rebound": 0, "sll_tracked": 0}           # finish_session at session_ended
+    silent: list[ClusterStats] = []
+    run_cluster(sessions, TINY, "mars", replicas=3, router="sticky_least_loaded", events="none", stats=silent)
+    assert silent[0].sticky["sll_finished"] == 0 and silent[0].sticky["sll_tracked"] == len(sessions)
+
+
+def test_sticky_least_loaded_spreads_what_consistent_hashing_piles_on_one_replica():
+    sessions = _hot_sessions(10, 2)
+    by: dict[str, ClusterStats] = {}
+    mean: dict[str, float] = {}
+    for router in ("consistent_hash", "sticky_least_loaded"):
+        stats: list[ClusterStats] = []
+        run = run_cluster(sessions, TINY, "fcfs", replicas=2, router=router, stats=stats)
+        by[router] = stats[0]
+        mean[router] = sum(s.e2e_s or 0.0 for s in run.sessions) / len(run.sessions)
+    assert by["consistent_hash"].calls[1] == 0 and by["consistent_hash"].imbalance == 2.0
+    assert min(by["sticky_least_loaded"].calls) > 0 and by["sticky_least_loaded"].imbalance < 1.5
+    assert mean["sticky_least_loaded"] < mean["consistent_hash"]
+    assert 0.0 < by["sticky_least_loaded"].hit_rate <= 1.0
+
+
+def test_a_tool_handed_to_its_home_host_never_starts_before_it_was_submitted():
+    """A call served on a replica ahead of the session's home host submits its tool there; queued
+    behind a full pool, it starts when a worker frees, but not before its submission."""
+    from mars_openhands.sim.tools import ToolJob, ToolPool
+    pool = ToolPool(1)
+    first = ToolJob(object(), "t", None, 5.0, 1.0, 10.0)
+    late = ToolJob(object(), "t", None, 1.0, 1.0, 12.0)
+    assert pool.submit(first) == [first] and pool.submit(late) == []
+    assert pool.finish(first, 11.5) == [late] and late.started_s == 12.0
