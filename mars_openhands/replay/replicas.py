@@ -3,7 +3,7 @@
 One configuration = N `mars-openhands serve` replicas under one policy plus the router in front
 (`mars_openhands.cluster.launch`, as `cluster serve` starts them), replayed through the router:
 
-- `consistent_hash`: session affinity on `X-Session-ID` (what `cluster serve` runs);
+- `consistent_hash`: session affinity on `X-Session-ID` (`cluster serve --router-policy consistent_hash`);
 - `round_robin`: the router's per-request round robin (what affinity is worth);
 - `program`: stock FCFS replicas behind the router's own agent-aware mode,
   `--enable-program-scheduling` with programs identified by `X-Session-ID`

@@ -210,7 +210,8 @@ def test_the_bench_replays_through_the_router_and_survives_a_killed_replica(tmp_
     served = [ServedFake(FakeEngine()), ServedFake(FakeEngine())]
     with served[0], served[1]:
         port = free_port()
-        router = ChildServer("vllm-router", router_command([s.engine.url for s in served], port=port),
+        router = ChildServer("vllm-router", router_command([s.engine.url for s in served], port=port,
+                                                           policy="consistent_hash"),
                              f"http://127.0.0.1:{port}", tmp_path / "router.log")
         router.start(30.0)
         try:
