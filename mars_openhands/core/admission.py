@@ -431,10 +431,10 @@ class AimdAdmission(Admission):
         sessions = len(ws.sessions)
         out_share = (sessions - ws.in_engine) / sessions if sessions else 1.0
         self.tool_share += SHARE_EMA * (out_share - self.tool_share)
-        if ctx.cpu.tools_queued:
+        runs = ctx.cpu.full_runs
+        if runs is not None:
             # The host is full: the calls it runs now are what it can run (a build on 4 cores
             # takes 4 workers), so the cap counts calls, not workers (docs/policies.md).
-            runs = max(1, ctx.cpu.tools_in_flight - ctx.cpu.tools_queued)
             self.host_runs = runs if self.host_runs is None else self.host_runs + SHARE_EMA * (runs - self.host_runs)
         tools = (self.host_runs or workers) * (cfg.cpu_backlog_low + cfg.cpu_backlog_high) / 2.0
         # (rounded first: an EMA that converged to 1 must not ceil 12.0000001 to 13)

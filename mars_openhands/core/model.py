@@ -131,13 +131,17 @@ class CpuState:
     tools_queued: int | None = None
 
     @property
+    def full_runs(self) -> int | None:
+        """Calls the host runs now while calls queue for it (what a full host can run; at least 1),
+        None while nothing queues (or the host does not report its queue)."""
+        queued = self.tools_queued
+        return max(1, self.tools_in_flight - queued) if queued else None
+
+    @property
     def backlog(self) -> float:
         """Calls in flight per call the host can run: the workers while nothing queues, else the
         calls running now (a host full of multi-core builds runs fewer calls than it has workers)."""
-        queued = self.tools_queued
-        if queued:
-            return self.tools_in_flight / max(1, self.tools_in_flight - queued)
-        return self.tools_in_flight / max(1, self.tool_workers)
+        return self.tools_in_flight / (self.full_runs or max(1, self.tool_workers))
 
     def observe_wait(self, wait_s: float) -> None:
         self.ema_queue_wait_s += self.ema_alpha * (wait_s - self.ema_queue_wait_s)
