@@ -43,6 +43,7 @@ from mars_openhands.replay.bench_output import (
 )
 from mars_openhands.replay.calibrate import EngineCosts, ProbePlan, Samples, calibrate
 from mars_openhands.replay.client import ReplayConfig, Replayer
+from mars_openhands.replay.cores import CoreSplit
 from mars_openhands.replay.engine import CacheConfig, EngineClient
 from mars_openhands.replay.prompts import ModelDirError, TokenSpace, TurnShape, plan_shapes, replayed_session
 from mars_openhands.replay.replicas import (
@@ -132,6 +133,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="stop the last replica S seconds into each replay (failover)")
     rep.add_argument("--cpu-cores-per-replica", type=int, default=0, metavar="C",
                      help="bind replica i's threads to cores [i*C, (i+1)*C) (default 0: unbound)")
+    p.add_argument("--engine-cores", metavar="LIST",
+                   help="one engine: bind its threads to these cores (e.g. 0 or 0-3) and run the tools on the "
+                        "host's other cores, so that the planes do not compete for cores, as on a GPU host "
+                        "and in the simulator (default: vLLM's own binding, tools on any core)")
     add_synthetic_args(p)
     return p
 
@@ -185,10 +190,12 @@ class BenchPlan:
     shapes: dict[str, list[TurnShape]]       # session id -> its turns as sent (token-scaled)
     flags: list[str]                         # vLLM flags given to every engine
     max_len: int                             # --max-model-len of every engine
+    cores: CoreSplit | None = None           # --engine-cores: the engine's cores and the tools'
 
 
 def make_plan(args: argparse.Namespace, vllm_extra: list[str]) -> BenchPlan:
     """Check the input and derive the plan; BenchError naming the first thing that is wrong."""
+    cores = _core_split(args)
     try:
         names = policy_list(args.policies)
         sessions, label = workload(args)
@@ -214,7 +221,18 @@ def make_plan(args: argparse.Namespace, vllm_extra: list[str]) -> BenchPlan:
                          f"got {_flag_value(flags, '--max-model-len')!r}") from None
     if max_len < longest:
         raise BenchError(f"--max-model-len {max_len}: the longest turn needs {longest} tokens")
-    return BenchPlan(names, sessions, label, space, shapes, flags, max_len)
+    return BenchPlan(names, sessions, label, space, shapes, flags, max_len, cores)
+
+
+def _core_split(args: argparse.Namespace) -> CoreSplit | None:
+    if args.engine_cores is None:
+        return None
+    if args.replicas > 1:
+        raise BenchError("--engine-cores is for one engine; with --replicas use --cpu-cores-per-replica")
+    try:
+        return CoreSplit.of(args.engine_cores)
+    except ValueError as e:
+        raise BenchError(f"--engine-cores: {e}") from None
 
 
 # ---- engines -------------------------------------------------------------------------------------
@@ -254,7 +272,7 @@ async def _calibrate(server: EngineServer, plan: BenchPlan, reps: int, bar: tqdm
 
 async def _replay(server: EngineServer, plan: BenchPlan, args: argparse.Namespace, bar: tqdm) -> PolicyRun:
     engine = await _client(server)
-    pool = ToolPool(args.tool_workers)
+    pool = ToolPool(args.tool_workers, cores=plan.cores.tools if plan.cores else None)
     try:
         before = await engine.metrics()
         config = ReplayConfig(token_scale=args.token_scale, tool_time_scale=args.tool_time_scale,
@@ -317,10 +335,10 @@ def _with_cluster(conf: Configuration, plan: BenchPlan, args: argparse.Namespace
         cluster.stop()
 
 
-def _with_server(policy: str, log: Path, args: argparse.Namespace, flags: list[str],
+def _with_server(policy: str, log: Path, args: argparse.Namespace, plan: BenchPlan,
                  work: Callable[[EngineServer], Coroutine[Any, Any, T]]) -> T:
     """Start an engine, run `work(server)` on it, always stop the engine."""
-    server = EngineServer(policy, args.model, log, flags)
+    server = EngineServer(policy, args.model, log, plan.flags, env=plan.cores.engine_env if plan.cores else None)
     try:
         server.start(args.startup_timeout)
         return asyncio.run(work(server))
@@ -365,7 +383,7 @@ def bench(args: argparse.Namespace, vllm_extra: list[str]) -> int:
     with tqdm(total=turns * len(names), desc="bench-engine", unit="turn", file=sys.stderr,
               disable=None, dynamic_ncols=True) as bar:
         bar.set_postfix_str("calibrating an idle engine")
-        cal = _with_server("fcfs", out / "server-calibration.log", args, plan.flags,
+        cal = _with_server("fcfs", out / "server-calibration.log", args, plan,
                            lambda srv: _calibrate(srv, plan, args.calibration_reps, bar))
         for name in names:
             bar.set_postfix_str(name)
@@ -373,7 +391,7 @@ def bench(args: argparse.Namespace, vllm_extra: list[str]) -> int:
             if args.replicas > 1:
                 runs[name], failovers[name], stats = _with_cluster(configs[name], plan, args, bar)
             else:
-                runs[name] = _with_server(name, out / f"server-{name}.log", args, plan.flags,
+                runs[name] = _with_server(name, out / f"server-{name}.log", args, plan,
                                           lambda srv: _replay(srv, plan, args, bar))
                 stats = runs[name].stats
             (out / f"stats-{name}.json").write_text(json.dumps(stats, indent=2, default=str) + "\n")
@@ -395,6 +413,8 @@ def bench(args: argparse.Namespace, vllm_extra: list[str]) -> int:
                "ideal_mean_e2e_s": ideal_mean_e2e(next(iter(results.values()))), "policies": summaries,
                "engine": {**dataclasses.asdict(cal.cache), "vllm_flags": plan.flags,
                           "tool_workers": args.tool_workers, "token_scale": args.token_scale,
+                          "engine_cores": sorted(plan.cores.engine) if plan.cores else None,
+                          "tool_cores": sorted(plan.cores.tools) if plan.cores else None,
                           "costs": dataclasses.asdict(cal.costs)},
                "events": {n: {"sent": r.outcome.events_sent, "dropped": r.outcome.events_dropped}
                           for n, r in runs.items()},

@@ -13,13 +13,14 @@ class EngineServer(ChildServer):
     """`python -m mars_openhands.cli serve --policy P --model DIR --port N [vLLM args]`, logged to a file."""
 
     def __init__(self, policy: str, model: str | Path, log_path: Path, vllm_args: list[str] | None = None,
-                 *, port: int | None = None, python: str = sys.executable, cwd: Path | None = None) -> None:
+                 *, port: int | None = None, python: str = sys.executable, cwd: Path | None = None,
+                 env: dict[str, str] | None = None) -> None:
         self.policy = policy
         self.port = port or free_port()
         url = f"http://127.0.0.1:{self.port}"
         super().__init__(f"engine for policy {policy!r}",
                          serve_command(python, policy, model, self.port, list(vllm_args or [])), url, log_path,
-                         env={"VLLM_HOST_IP": "127.0.0.1"}, cwd=cwd, poll_s=0.5, track_leftovers=True)
+                         env={"VLLM_HOST_IP": "127.0.0.1", **(env or {})}, cwd=cwd, poll_s=0.5, track_leftovers=True)
         self.env.pop("VIRTUAL_ENV", None)   # the child runs an explicit interpreter; a caller's venv would mislead it
 
     def start(self, timeout_s: float = 600.0) -> None:

@@ -20,8 +20,10 @@ from dataclasses import dataclass
 
 #: Spins until an absolute wall-clock deadline with a duty cycle (1.0 = a full core, 0 = sleep).
 _SPIN = """
-import sys, time
+import os, sys, time
 deadline, duty = float(sys.argv[1]), float(sys.argv[2])
+if len(sys.argv) > 3:
+    os.sched_setaffinity(0, {int(c) for c in sys.argv[3].split(",")})
 period = 0.02
 while True:
     now = time.time()
@@ -60,11 +62,15 @@ def _core_shares(cpu_cores: float) -> list[float]:
 class ToolPool:
     """N tool workers with a FIFO queue; every child process is killed on cancel or close."""
 
-    def __init__(self, workers: int, python: str = sys.executable) -> None:
+    def __init__(self, workers: int, python: str = sys.executable, cores: frozenset[int] | None = None) -> None:
+        """`cores`: the host cores the tools may spin on (None: any; see `replay.cores`)."""
         if workers < 1:
             raise ValueError(f"tool workers: expected >= 1, got {workers}")
+        if cores is not None and not cores:
+            raise ValueError("tool cores: expected at least one core")
         self.workers = workers
         self._python = python
+        self._cores = () if cores is None else (",".join(map(str, sorted(cores))),)
         self._free = workers
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._procs: set[asyncio.subprocess.Process] = set()
@@ -136,7 +142,7 @@ class ToolPool:
             deadline = time.time() + duration_s
             for duty in _core_shares(cpu_cores):
                 p = await asyncio.create_subprocess_exec(
-                    self._python, "-S", "-c", _SPIN, repr(deadline), repr(duty),
+                    self._python, "-S", "-c", _SPIN, repr(deadline), repr(duty), *self._cores,
                     stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
                     stderr=asyncio.subprocess.DEVNULL, start_new_session=True)
                 procs.append(p)

@@ -158,6 +158,9 @@ def test_server_that_dies_reports_its_log(monkeypatch, tmp_path):
     (["--policies", "fcfs,nope"], "unknown policy 'nope'"),
     (["--policies", "fcfs", "--token-scale", "50"], "lower --token-scale"),
     (["--policies", "fcfs", "--profile", "missing.json"], "--profile: missing.json: cannot read profile"),
+    (["--policies", "fcfs", "--engine-cores", "0-4095"], "--engine-cores: core(s) "),
+    (["--policies", "fcfs", "--engine-cores", "x"], "--engine-cores: expected core ids"),
+    (["--policies", "fcfs", "--engine-cores", "0", "--replicas", "2"], "--engine-cores is for one engine"),
 ])
 def test_bad_input_is_one_error_line(model_dir, tmp_path, capsys, extra, msg):
     rc = bench.main([*SMALL[:-8], *extra, "--model", str(model_dir), "--out", str(tmp_path / "o")])

@@ -112,6 +112,28 @@ def test_a_busy_tool_really_burns_cpu_and_an_idle_one_does_not():
     assert idle <= 0.01
 
 
+def _allowed_cores(pid: int) -> str:
+    with open(f"/proc/{pid}/status") as f:
+        return next(line.split(":")[1].strip() for line in f if line.startswith("Cpus_allowed_list"))
+
+
+def test_tools_spin_only_on_the_cores_they_are_given():
+    core = max(os.sched_getaffinity(0))
+
+    async def main():
+        pool = ToolPool(workers=1, cores=frozenset({core}))
+        task = asyncio.create_task(pool.run(1.0, 2.0))
+        deadline = time.monotonic() + 0.8
+        allowed: list[str] = []
+        while time.monotonic() < deadline and len(set(allowed)) != 1 or not allowed:
+            await asyncio.sleep(0.2)     # each child sets its affinity as it starts
+            allowed = [_allowed_cores(pid) for pid in pool.live_pids()]
+        await task
+        await pool.close()
+        return allowed
+    assert asyncio.run(main()) == [str(core), str(core)]
+
+
 def test_cancel_kills_children_and_frees_the_worker():
     async def main():
         pool = ToolPool(workers=1)
@@ -162,6 +184,11 @@ def test_bad_tool_arguments_name_the_field(kwargs, msg):
         await ToolPool(1).run(**kwargs)
     with pytest.raises(ValueError, match=msg):
         asyncio.run(main())
+
+
+def test_an_empty_core_set_is_refused():
+    with pytest.raises(ValueError, match="at least one core"):
+        ToolPool(workers=1, cores=frozenset())
 
 
 def test_zero_workers_is_refused():
