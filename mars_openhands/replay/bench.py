@@ -260,9 +260,7 @@ async def _calibrate(server: EngineServer, plan: BenchPlan, reps: int, bar: tqdm
         shapes = [sh for v in plan.shapes.values() for sh in v]
         probes = ProbePlan.cover(cache.block_size,
                                  max_new=max(sh.prompt_tokens - sh.reusable_tokens for sh in shapes),
-                                 max_ctx=max(sh.reusable_tokens for sh in shapes),
-                                 max_output=max(sh.output_tokens for sh in shapes), max_len=plan.max_len,
-                                 reps=reps)
+                                 max_ctx=max(sh.reusable_tokens for sh in shapes), max_len=plan.max_len, reps=reps)
         bar.total += probes.count
         samples = await calibrate(engine, plan.space, probes, progress=lambda: bar.update(1))
     finally:

@@ -113,7 +113,8 @@ def profile_doc(costs: EngineCosts, samples: Samples, cache: CacheConfig, setup:
                         "d": costs.decode_per_seq_s, "e": costs.decode_per_ctx_token_s,
                         "per_request_overhead_s": costs.prefill_a_s},
         "replay_mean_tpot_s": tpot,       # under load, per policy: for checking the simulator's batching
-        "samples": {"prefill_new_ctx_s": samples.prefill, "decode_batch_ctxsum_s": samples.decode},
+        "samples": {"prefill_new_ctx_s": samples.prefill, "decode_batch_ctxsum_s": samples.decode,
+                    "decode_failed": samples.decode_failed},
     }
 
 

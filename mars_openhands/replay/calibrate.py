@@ -91,10 +91,19 @@ class Samples:
 
     prefill: list[tuple[int, int, float]] = field(default_factory=list)      # (new, ctx, seconds)
     decode: list[tuple[int, int, float]] = field(default_factory=list)       # (batch, ctx_sum, s/step)
+    #: Decode probes whose long run did not outlast the short one (noise): not fitted.
+    decode_failed: int = 0
 
     def extend(self, other: Samples) -> None:
         self.prefill += other.prefill
         self.decode += other.decode
+        self.decode_failed += other.decode_failed
+
+    def add_decode(self, batch: int, ctx_sum: int, step_s: float | None) -> None:
+        if step_s is None:
+            self.decode_failed += 1
+        else:
+            self.decode.append((batch, ctx_sum, step_s))
 
     def fit(self, block_size: int) -> EngineCosts:
         if len(self.prefill) < 3 or len(self.decode) < 3:
@@ -114,6 +123,10 @@ def _grid(top: int, block: int, points: int) -> list[int]:
 
 
 BATCHES = (2, 4, 8)
+#: Tokens of a decode probe's short run (the long run generates twice as many). The step is the
+#: difference of two wall times over these tokens: at 32 tokens of a 2-4 ms step the difference
+#: (about 0.1 s) was within a loaded host's noise, and a third of the probes measured 0.
+DECODE_TOKENS = 128
 MAX_PROBE_NEW = 2048
 MAX_PROBE_CTX = 8192
 
@@ -130,11 +143,10 @@ class ProbePlan:
     reps: int = 1
 
     @classmethod
-    def cover(cls, block_size: int, max_new: int, max_ctx: int, max_output: int, max_len: int,
-              reps: int = 1) -> ProbePlan:
+    def cover(cls, block_size: int, max_new: int, max_ctx: int, max_len: int, reps: int = 1) -> ProbePlan:
         """Sizes up to the replay's largest (capped: the fit extrapolates, probes stay short), every
         probe within `max_len` (the engine's max model length)."""
-        decode_len = max(4, min(32, max_output))
+        decode_len = max(4, min(DECODE_TOKENS, max_len // 16))
         new = min(max_new, MAX_PROBE_NEW, max(block_size, max_len // 2))
         ctx = min(max_ctx, MAX_PROBE_CTX, max_len - max(new, block_size) - 2 * decode_len - 1)
         if ctx < block_size:
@@ -143,7 +155,7 @@ class ProbePlan:
 
     @property
     def count(self) -> int:
-        per_rep = len(self.ctx_sizes) * len(self.new_sizes) + len(self.ctx_sizes) + len(BATCHES)
+        per_rep = len(self.ctx_sizes) * len(self.new_sizes) + len(self.ctx_sizes) + 2 * len(BATCHES)
         return per_rep * self.reps
 
 
@@ -178,13 +190,15 @@ async def calibrate(engine: EngineClient, space: TokenSpace, plan: ProbePlan,
                 tick()
         for ctx, base in bases.items():      # batch-1 decode after each (cached) context
             step = await _decode_step(engine, [f"probe/{rep}/decode/{ctx}"], _after(base, space, bs), dl)
-            s.decode.append((1, ctx + bs + dl + dl // 2, step))
+            s.add_decode(1, ctx + bs + dl + dl // 2, step)
             tick()
-        for k in BATCHES:
-            step = await _decode_step(engine, [f"probe/{rep}/batch/{k}/{i}" for i in range(k)],
-                                      lambda key: space.draw(key, bs), dl)
-            s.decode.append((k, k * (bs + dl + dl // 2), step))
-            tick()
+        # Batches after no context and after the longest: per sequence and per context token apart.
+        for ctx in (0, max(plan.ctx_sizes)):
+            for k in BATCHES:
+                step = await _decode_step(engine, [f"probe/{rep}/batch/{ctx}/{k}/{i}" for i in range(k)],
+                                          _after(bases[ctx], space, bs), dl)
+                s.add_decode(k, k * (ctx + bs + dl + dl // 2), step)
+                tick()
     return s
 
 
@@ -193,7 +207,8 @@ def _after(base: list[int], space: TokenSpace, n: int) -> Callable[[str], list[i
     return lambda key: base + space.draw(key, n)
 
 
-async def _decode_step(engine: EngineClient, keys: list[str], prompt: Callable[[str], list[int]], dl: int) -> float:
+async def _decode_step(engine: EngineClient, keys: list[str], prompt: Callable[[str], list[int]],
+                       dl: int) -> float | None:
     """Seconds per decode step of a batch of len(keys) requests: the batch generating 2 dl tokens
     less the same batch (fresh prompts of the same shape) generating dl, over dl. The prefill
     cancels out, and so does the stream's timing: a server may send tokens in bursts, so the gaps
@@ -205,4 +220,5 @@ async def _decode_step(engine: EngineClient, keys: list[str], prompt: Callable[[
         await _end(engine, *ks)
         return max(c.finished for c in cs) - t0
     short = await batch(dl, "short")
-    return max(0.0, await batch(2 * dl, "long") - short) / dl
+    extra = await batch(2 * dl, "long") - short
+    return extra / dl if extra > 0 else None     # noise outran the difference: no measurement

@@ -184,7 +184,7 @@ async def probe(args: argparse.Namespace, progress: Callable[[int], None],
         if busy:
             print(f"{PROG}: warning: the engine has {busy:.0f} request(s) in flight; probes assume an idle "
                   "engine", file=sys.stderr)
-        plan = ProbePlan.cover(facts.block_size, max_new=args.max_new, max_ctx=args.max_ctx, max_output=32,
+        plan = ProbePlan.cover(facts.block_size, max_new=args.max_new, max_ctx=args.max_ctx,
                                max_len=facts.max_model_len, reps=args.reps)
         progress(plan.count)
         samples = await calibrate(engine, facts.space, plan, progress=step)
@@ -224,7 +224,8 @@ def provenance(args: argparse.Namespace, facts: EngineFacts, plan: ProbePlan, sa
                    "scheduler_budgets": "given" if args.max_num_batched_tokens and args.max_num_seqs else
                    f"vLLM's {args.device} defaults ({mnbt} batched tokens, {mns} sequences) where not given"},
         "plan": {"prefill_new": plan.new_sizes, "prefill_ctx": plan.ctx_sizes, "decode_len": plan.decode_len,
-                 "decode_batches": sorted({k for k, _, _ in samples.decode}), "reps": plan.reps},
+                 "decode_batches": sorted({k for k, _, _ in samples.decode}), "reps": plan.reps,
+                 "decode_failed": samples.decode_failed},
         "costs": dataclasses.asdict(costs),
         "fit": residuals(samples, costs),
     }
@@ -287,7 +288,8 @@ def run(args: argparse.Namespace) -> int:
           f"+ {profile.d:.3g} x decode seq + {profile.e:.3g} x decode ctx tok")
     print(f"  fit error (rms / worst): prefill {fit['prefill']['rms_rel']:.1%} / {fit['prefill']['max_abs_rel']:.1%}, "
           f"decode {fit['decode']['rms_rel']:.1%} / {fit['decode']['max_abs_rel']:.1%} over "
-          f"{len(samples.prefill) + len(samples.decode)} probes in {doc['wall_s']:.0f} s")
+          f"{len(samples.prefill) + len(samples.decode)} probes in {doc['wall_s']:.0f} s"
+          + (f" ({samples.decode_failed} decode probe(s) lost in noise, not fitted)" if samples.decode_failed else ""))
     print(f"wrote {args.out}; use it as `--profile {args.out}`")
     return 0
 

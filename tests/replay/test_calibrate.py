@@ -52,7 +52,7 @@ def test_ideal_turn_and_session():
 
 
 def test_calibrate_runs_the_planned_probes_against_an_engine(fake_engine):
-    plan = ProbePlan.cover(block_size=16, max_new=64, max_ctx=64, max_output=8, max_len=4096, reps=1)
+    plan = ProbePlan.cover(block_size=16, max_new=64, max_ctx=64, max_len=4096, reps=1)
     ticks = []
 
     async def main():
@@ -73,12 +73,36 @@ def test_calibrate_runs_the_planned_probes_against_an_engine(fake_engine):
 
 @pytest.mark.parametrize("max_len", [512, 1408, 40000])
 def test_probe_plan_stays_within_the_model_length(max_len):
-    plan = ProbePlan.cover(128, max_new=3000, max_ctx=30000, max_output=400, max_len=max_len)
-    longest = max(plan.ctx_sizes) + max(max(plan.new_sizes), 128 + plan.decode_len)
+    plan = ProbePlan.cover(128, max_new=3000, max_ctx=30000, max_len=max_len)
+    longest = max(plan.ctx_sizes) + max(max(plan.new_sizes), 128 + 2 * plan.decode_len)
     assert longest < max_len
-    assert max(plan.new_sizes) <= 2048 and max(plan.ctx_sizes) <= 8192 and plan.decode_len == 32
+    assert max(plan.new_sizes) <= 2048 and max(plan.ctx_sizes) <= 8192
+    assert plan.decode_len == min(128, max_len // 16)
 
 
 def test_probe_plan_refuses_a_model_length_without_room():
     with pytest.raises(ValueError, match="no room"):
-        ProbePlan.cover(128, max_new=100, max_ctx=100, max_output=10, max_len=200)
+        ProbePlan.cover(128, max_new=100, max_ctx=100, max_len=200)
+
+
+def test_a_decode_probe_lost_in_noise_is_counted_and_not_fitted():
+    s = Samples()
+    s.add_decode(2, 512, 0.004)
+    s.add_decode(4, 1024, None)          # the long run did not outlast the short one
+    assert s.decode == [(2, 512, 0.004)] and s.decode_failed == 1
+
+
+def test_batches_are_probed_after_no_context_and_after_the_longest(fake_engine):
+    plan = ProbePlan.cover(block_size=16, max_new=64, max_ctx=64, max_len=4096, reps=1)
+
+    async def main():
+        engine = EngineClient(fake_engine.url, "fake")
+        try:
+            return await calibrate(engine, TokenSpace.from_vocab(300, {0}), plan)
+        finally:
+            await engine.aclose()
+    s = asyncio.run(main())
+    per_batch = {k: sorted(c for kk, c, _ in s.decode if kk == k) for k in (2, 4, 8)}
+    dl = plan.decode_len
+    for k, sums in per_batch.items():    # per sequence and per context token apart
+        assert sums == [k * (16 + dl + dl // 2), k * (max(plan.ctx_sizes) + 16 + dl + dl // 2)]
