@@ -56,9 +56,8 @@ tokens / 2 long sessions. There is no W_max unless configured (the preview's 30;
 """
 from __future__ import annotations
 
-import heapq
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
 
@@ -152,36 +151,49 @@ class WorkingSet:
     #: As of the last `refresh`: footprint and count of the sessions with a call in the engine.
     engaged_blocks: int = 0
     in_engine: int = 0
+    #: `youngest_first`, kept until a session joins or leaves (ticks read it far more often)
+    _youngest: list[Session] | None = field(default=None, repr=False)
 
     def add(self, s: Session, ctx: PolicyContext) -> None:
         self.sessions[s.session_id] = s
         self.blocks += footprints(ctx)(s)
+        self._youngest = None
+
+    def remove(self, s: Session, ctx: PolicyContext) -> None:
+        """Take `s` out now (paused), its footprint with it."""
+        if self.sessions.pop(s.session_id, None) is not None:
+            self.blocks -= footprints(ctx)(s)
+            self._youngest = None
 
     def refresh(self, ctx: PolicyContext) -> None:
         """Drop sessions that left the window (ended, idle-released, suspended); re-sum, also
         the part with a call in the engine (one pass: this runs at every tick)."""
-        kept: dict[str, Session] = {}
+        gone: list[str] = []
         growth, block_size, known = round(ctx.turn_growth_tokens), ctx.kv.block_size, ctx.sessions
         blocks = engaged_blocks = in_engine = 0
         for sid, s in self.sessions.items():
-            if s.holds_slot and not s.ended and known.get(sid) is s:
-                kept[sid] = s
-                c, p = s.context_tokens, s.prompt_tokens     # (`footprints`, inlined: per tick)
-                fp = -(-((c if c > p else p) + growth) // block_size)
-                blocks += fp
-                if s.turns > s.turns_finished:
-                    engaged_blocks += fp
-                    in_engine += 1
-        self.sessions, self.blocks = kept, blocks
-        self.engaged_blocks, self.in_engine = engaged_blocks, in_engine
+            if not (s.holds_slot and not s.ended and known.get(sid) is s):
+                gone.append(sid)
+                continue
+            c, p = s.context_tokens, s.prompt_tokens     # (`footprints`, inlined: per tick)
+            fp = -(-((c if c > p else p) + growth) // block_size)
+            blocks += fp
+            if s.turns > s.turns_finished:
+                engaged_blocks += fp
+                in_engine += 1
+        if gone:
+            for sid in gone:
+                del self.sessions[sid]
+            self._youngest = None
+        self.blocks, self.engaged_blocks, self.in_engine = blocks, engaged_blocks, in_engine
 
-    def youngest_first(self) -> Iterator[Session]:
+    def youngest_first(self) -> list[Session]:
         """Every session but the oldest, youngest (latest admitted, then latest arrived) first,
-        as a stable sort would give them; lazily (a tick takes the first few)."""
-        heap = [(-(s.admitted_s or 0.0), -s.first_arrival_s, i, s) for i, s in enumerate(self.sessions.values())]
-        heapq.heapify(heap)
-        for _ in range(len(heap) - 1):
-            yield heapq.heappop(heap)[3]
+        ties in the order they joined. Read-only: it is shared until the set changes."""
+        if self._youngest is None:
+            self._youngest = sorted(self.sessions.values(),
+                                    key=lambda s: (-(s.admitted_s or 0.0), -s.first_arrival_s))[:-1]
+        return self._youngest
 
 
 class LoadBalancer:
@@ -507,9 +519,7 @@ class AimdAdmission(Admission):
         if s.session_id not in self._to_suspend:
             return False
         self._to_suspend.discard(s.session_id)
-        ws = self.working_set
-        if ws.sessions.pop(s.session_id, None) is not None:
-            ws.blocks -= footprints(ctx)(s)
+        self.working_set.remove(s, ctx)
         self.suspended += 1
         return True
 
