@@ -280,6 +280,12 @@ class LoadBalancer:
     def order(self, backlog: Sequence[Session], slots: int, pressure: Pressure,
               blocks_for: Callable[[int], int], now: float) -> list[Session]:
         """The backlog in admission order (sets `mode`): paused, overdue long, then new sessions."""
+        resumed, new = self._order(backlog, slots, pressure, blocks_for, now)
+        return resumed + new
+
+    def _order(self, backlog: Sequence[Session], slots: int, pressure: Pressure,
+               blocks_for: Callable[[int], int], now: float) -> tuple[list[Session], list[Session]]:
+        """`order`, as (paused sessions, the new ones after them)."""
         resumed = sorted((s for s in backlog if s.turns_finished), key=_BY_ARRIVAL)
         new = [s for s in backlog if not s.turns_finished]
         low_pressure = (not pressure.cpu_overloaded and not pressure.kv_overloaded
@@ -301,7 +307,7 @@ class LoadBalancer:
                  else rest).append(s)
             if overdue:
                 new = sorted(overdue, key=_BY_ARRIVAL) + rest
-        return resumed + new
+        return resumed, new
 
     def _by_size(self, new: list[Session]) -> list[Session]:
         """`new` in the mode's size order. A session's first prompt and arrival never change, so
@@ -331,14 +337,17 @@ class LoadBalancer:
         cfg, blocks_for = self.config, ctx.kv.blocks_for
         budget = pressure.budget_blocks
         now = ctx.now
-        candidates = self.order(backlog, slots, pressure, blocks_for, now)
+        resumed, new = self._order(backlog, slots, pressure, blocks_for, now)
+        footprint = footprints(ctx)
+        # Paused sessions are tried one by one; while the KV window binds not even the smallest
+        # fits, and the pass goes straight to the new ones (the backlog holds hundreds).
+        candidates = resumed + new if resumed and min(map(footprint, resumed)) <= room_blocks else new
         sorted_by_size = self.mode == "smallest-first"
         short_waited = next((now - s.first_arrival_s for s in backlog
                              if not s.turns_finished and not self.is_long(s)), 0.0)
         long_room = 0 if pressure.kv_overloaded else max(0, cfg.max_long_inflight - self.long_in_flight(ctx))
         short_gate_open = short_waited < self.long_wait_threshold_s()
         chosen: list[Session] = []
-        footprint = footprints(ctx)
         for s in candidates:
             if len(chosen) >= slots:
                 break
