@@ -71,6 +71,7 @@ SHARE_EMA = 0.05
 #: Backlog sort keys (C getters: the balancer sorts the whole backlog).
 _BY_ARRIVAL = attrgetter("first_arrival_s")
 _BY_SIZE = attrgetter("first_prompt_tokens", "first_arrival_s")
+_FINISHED = attrgetter("turns_finished")
 #: Floor of both shares: K is at most 20 x what fits resident and cpu_cap 20 x the paper's
 #: (sessions that spend 95 % of their time on one plane; below that the estimate rests on too
 #: few sessions on the other).
@@ -230,6 +231,7 @@ class LoadBalancer:
         self._admitted_new = 0
         self._admitted_wait_s = 0.0
         self._size_order: tuple[tuple[str, tuple[Session, ...]], list[Session]] | None = None
+        self._split: tuple[tuple[tuple[Session, ...], tuple[int, ...]], list[Session], list[Session]] | None = None
 
     def is_long(self, s: Session) -> bool:
         return s.turns_finished == 0 and s.first_prompt_tokens > self.config.long_prefill_tokens
@@ -286,8 +288,7 @@ class LoadBalancer:
     def _order(self, backlog: Sequence[Session], slots: int, pressure: Pressure,
                blocks_for: Callable[[int], int], now: float) -> tuple[list[Session], list[Session]]:
         """`order`, as (paused sessions, the new ones after them)."""
-        resumed = sorted((s for s in backlog if s.turns_finished), key=_BY_ARRIVAL)
-        new = [s for s in backlog if not s.turns_finished]
+        resumed, new = self._paused_and_new(backlog)
         low_pressure = (not pressure.cpu_overloaded and not pressure.kv_overloaded
                         and pressure.cpu_healthy and pressure.kv_usage <= self.config.kv_low)
         if (low_pressure and len(backlog) <= slots
@@ -309,6 +310,15 @@ class LoadBalancer:
                 new = sorted(overdue, key=_BY_ARRIVAL) + rest
         return resumed, new
 
+    def _paused_and_new(self, backlog: Sequence[Session]) -> tuple[list[Session], list[Session]]:
+        """The paused sessions of `backlog` oldest first, and its new ones in backlog order; kept
+        while the same sessions are parked with the same progress (as `_by_size`). Read-only."""
+        key = (tuple(backlog), tuple(map(_FINISHED, backlog)))
+        if self._split is None or self._split[0] != key:
+            self._split = (key, sorted((s for s in backlog if s.turns_finished), key=_BY_ARRIVAL),
+                           [s for s in backlog if not s.turns_finished])
+        return self._split[1], self._split[2]
+
     def _by_size(self, new: list[Session]) -> list[Session]:
         """`new` in the mode's size order. A session's first prompt and arrival never change, so
         the same sessions in the same backlog order sort the same: the last sort is reused (the
@@ -317,9 +327,9 @@ class LoadBalancer:
         if self._size_order is not None and self._size_order[0] == key:
             return self._size_order[1]
         if self.mode == "largest-first":
-            new.sort(key=lambda s: (-s.first_prompt_tokens, s.first_arrival_s))
+            new = sorted(new, key=lambda s: (-s.first_prompt_tokens, s.first_arrival_s))
         else:
-            new.sort(key=_BY_SIZE)
+            new = sorted(new, key=_BY_SIZE)
         self._size_order = (key, new)
         return new
 
