@@ -123,7 +123,7 @@ class MlfqOrdering(Ordering):
         return (level, last, req.arrival_s)
 
     def prefill_quantum(self, req: Request, ctx: PolicyContext) -> int | None:
-        q = self._quanta[self.key(req, ctx)[0]]     # its effective level (`key` inlines it: per step)
+        q = self._quanta[self.effective_level(req, ctx.now)]
         req.quantum_left = q
         self._chunk_start[req] = req.computed_tokens
         return q
