@@ -72,6 +72,7 @@ SHARE_EMA = 0.05
 _BY_ARRIVAL = attrgetter("first_arrival_s")
 _BY_SIZE = attrgetter("first_prompt_tokens", "first_arrival_s")
 _FINISHED = attrgetter("turns_finished")
+_CONTEXT, _PROMPT = attrgetter("context_tokens"), attrgetter("prompt_tokens")
 #: Floor of both shares: K is at most 20 x what fits resident and cpu_cap 20 x the paper's
 #: (sessions that spend 95 % of their time on one plane; below that the estimate rests on too
 #: few sessions on the other).
@@ -350,8 +351,13 @@ class LoadBalancer:
         resumed, new = self._order(backlog, slots, pressure, blocks_for, now)
         footprint = footprints(ctx)
         # Paused sessions are tried one by one; while the KV window binds not even the smallest
-        # fits, and the pass goes straight to the new ones (the backlog holds hundreds).
-        candidates = resumed + new if resumed and min(map(footprint, resumed)) <= room_blocks else new
+        # fits, and the pass goes straight to the new ones (the backlog holds hundreds). A
+        # footprint grows with max(context, prompt): the smallest is the lightest session's.
+        candidates = new
+        if resumed:
+            weights = list(map(max, map(_CONTEXT, resumed), map(_PROMPT, resumed)))
+            if footprint(resumed[weights.index(min(weights))]) <= room_blocks:
+                candidates = resumed + new
         sorted_by_size = self.mode == "smallest-first"
         short_waited = next((now - s.first_arrival_s for s in backlog
                              if not s.turns_finished and not self.is_long(s)), 0.0)
