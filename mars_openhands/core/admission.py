@@ -56,9 +56,8 @@ tokens / 2 long sessions. There is no W_max unless configured (the preview's 30;
 """
 from __future__ import annotations
 
-import heapq
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
 
@@ -72,6 +71,8 @@ SHARE_EMA = 0.05
 #: Backlog sort keys (C getters: the balancer sorts the whole backlog).
 _BY_ARRIVAL = attrgetter("first_arrival_s")
 _BY_SIZE = attrgetter("first_prompt_tokens", "first_arrival_s")
+_FINISHED = attrgetter("turns_finished")
+_CONTEXT, _PROMPT = attrgetter("context_tokens"), attrgetter("prompt_tokens")
 #: Floor of both shares: K is at most 20 x what fits resident and cpu_cap 20 x the paper's
 #: (sessions that spend 95 % of their time on one plane; below that the estimate rests on too
 #: few sessions on the other).
@@ -152,36 +153,49 @@ class WorkingSet:
     #: As of the last `refresh`: footprint and count of the sessions with a call in the engine.
     engaged_blocks: int = 0
     in_engine: int = 0
+    #: `youngest_first`, kept until a session joins or leaves (ticks read it far more often)
+    _youngest: list[Session] | None = field(default=None, repr=False)
 
     def add(self, s: Session, ctx: PolicyContext) -> None:
         self.sessions[s.session_id] = s
         self.blocks += footprints(ctx)(s)
+        self._youngest = None
+
+    def remove(self, s: Session, ctx: PolicyContext) -> None:
+        """Take `s` out now (paused), its footprint with it."""
+        if self.sessions.pop(s.session_id, None) is not None:
+            self.blocks -= footprints(ctx)(s)
+            self._youngest = None
 
     def refresh(self, ctx: PolicyContext) -> None:
         """Drop sessions that left the window (ended, idle-released, suspended); re-sum, also
         the part with a call in the engine (one pass: this runs at every tick)."""
-        kept: dict[str, Session] = {}
+        gone: list[str] = []
         growth, block_size, known = round(ctx.turn_growth_tokens), ctx.kv.block_size, ctx.sessions
         blocks = engaged_blocks = in_engine = 0
         for sid, s in self.sessions.items():
-            if s.holds_slot and not s.ended and known.get(sid) is s:
-                kept[sid] = s
-                c, p = s.context_tokens, s.prompt_tokens     # (`footprints`, inlined: per tick)
-                fp = -(-((c if c > p else p) + growth) // block_size)
-                blocks += fp
-                if s.turns > s.turns_finished:
-                    engaged_blocks += fp
-                    in_engine += 1
-        self.sessions, self.blocks = kept, blocks
-        self.engaged_blocks, self.in_engine = engaged_blocks, in_engine
+            if not (s.holds_slot and not s.ended and known.get(sid) is s):
+                gone.append(sid)
+                continue
+            c, p = s.context_tokens, s.prompt_tokens     # (`footprints`, inlined: per tick)
+            fp = -(-((c if c > p else p) + growth) // block_size)
+            blocks += fp
+            if s.turns > s.turns_finished:
+                engaged_blocks += fp
+                in_engine += 1
+        if gone:
+            for sid in gone:
+                del self.sessions[sid]
+            self._youngest = None
+        self.blocks, self.engaged_blocks, self.in_engine = blocks, engaged_blocks, in_engine
 
-    def youngest_first(self) -> Iterator[Session]:
+    def youngest_first(self) -> list[Session]:
         """Every session but the oldest, youngest (latest admitted, then latest arrived) first,
-        as a stable sort would give them; lazily (a tick takes the first few)."""
-        heap = [(-(s.admitted_s or 0.0), -s.first_arrival_s, i, s) for i, s in enumerate(self.sessions.values())]
-        heapq.heapify(heap)
-        for _ in range(len(heap) - 1):
-            yield heapq.heappop(heap)[3]
+        ties in the order they joined. Read-only: it is shared until the set changes."""
+        if self._youngest is None:
+            self._youngest = sorted(self.sessions.values(),
+                                    key=lambda s: (-(s.admitted_s or 0.0), -s.first_arrival_s))[:-1]
+        return self._youngest
 
 
 class LoadBalancer:
@@ -218,6 +232,7 @@ class LoadBalancer:
         self._admitted_new = 0
         self._admitted_wait_s = 0.0
         self._size_order: tuple[tuple[str, tuple[Session, ...]], list[Session]] | None = None
+        self._split: tuple[tuple[tuple[Session, ...], tuple[int, ...]], list[Session], list[Session]] | None = None
 
     def is_long(self, s: Session) -> bool:
         return s.turns_finished == 0 and s.first_prompt_tokens > self.config.long_prefill_tokens
@@ -268,8 +283,13 @@ class LoadBalancer:
     def order(self, backlog: Sequence[Session], slots: int, pressure: Pressure,
               blocks_for: Callable[[int], int], now: float) -> list[Session]:
         """The backlog in admission order (sets `mode`): paused, overdue long, then new sessions."""
-        resumed = sorted((s for s in backlog if s.turns_finished), key=_BY_ARRIVAL)
-        new = [s for s in backlog if not s.turns_finished]
+        resumed, new = self._order(backlog, slots, pressure, blocks_for, now)
+        return resumed + new
+
+    def _order(self, backlog: Sequence[Session], slots: int, pressure: Pressure,
+               blocks_for: Callable[[int], int], now: float) -> tuple[list[Session], list[Session]]:
+        """`order`, as (paused sessions, the new ones after them)."""
+        resumed, new = self._paused_and_new(backlog)
         low_pressure = (not pressure.cpu_overloaded and not pressure.kv_overloaded
                         and pressure.cpu_healthy and pressure.kv_usage <= self.config.kv_low)
         if (low_pressure and len(backlog) <= slots
@@ -289,7 +309,16 @@ class LoadBalancer:
                  else rest).append(s)
             if overdue:
                 new = sorted(overdue, key=_BY_ARRIVAL) + rest
-        return resumed + new
+        return resumed, new
+
+    def _paused_and_new(self, backlog: Sequence[Session]) -> tuple[list[Session], list[Session]]:
+        """The paused sessions of `backlog` oldest first, and its new ones in backlog order; kept
+        while the same sessions are parked with the same progress (as `_by_size`). Read-only."""
+        key = (tuple(backlog), tuple(map(_FINISHED, backlog)))
+        if self._split is None or self._split[0] != key:
+            self._split = (key, sorted((s for s in backlog if s.turns_finished), key=_BY_ARRIVAL),
+                           [s for s in backlog if not s.turns_finished])
+        return self._split[1], self._split[2]
 
     def _by_size(self, new: list[Session]) -> list[Session]:
         """`new` in the mode's size order. A session's first prompt and arrival never change, so
@@ -299,9 +328,9 @@ class LoadBalancer:
         if self._size_order is not None and self._size_order[0] == key:
             return self._size_order[1]
         if self.mode == "largest-first":
-            new.sort(key=lambda s: (-s.first_prompt_tokens, s.first_arrival_s))
+            new = sorted(new, key=lambda s: (-s.first_prompt_tokens, s.first_arrival_s))
         else:
-            new.sort(key=_BY_SIZE)
+            new = sorted(new, key=_BY_SIZE)
         self._size_order = (key, new)
         return new
 
@@ -319,14 +348,22 @@ class LoadBalancer:
         cfg, blocks_for = self.config, ctx.kv.blocks_for
         budget = pressure.budget_blocks
         now = ctx.now
-        candidates = self.order(backlog, slots, pressure, blocks_for, now)
+        resumed, new = self._order(backlog, slots, pressure, blocks_for, now)
+        footprint = footprints(ctx)
+        # Paused sessions are tried one by one; while the KV window binds not even the smallest
+        # fits, and the pass goes straight to the new ones (the backlog holds hundreds). A
+        # footprint grows with max(context, prompt): the smallest is the lightest session's.
+        candidates = new
+        if resumed:
+            weights = list(map(max, map(_CONTEXT, resumed), map(_PROMPT, resumed)))
+            if footprint(resumed[weights.index(min(weights))]) <= room_blocks:
+                candidates = resumed + new
         sorted_by_size = self.mode == "smallest-first"
         short_waited = next((now - s.first_arrival_s for s in backlog
                              if not s.turns_finished and not self.is_long(s)), 0.0)
         long_room = 0 if pressure.kv_overloaded else max(0, cfg.max_long_inflight - self.long_in_flight(ctx))
         short_gate_open = short_waited < self.long_wait_threshold_s()
         chosen: list[Session] = []
-        footprint = footprints(ctx)
         for s in candidates:
             if len(chosen) >= slots:
                 break
@@ -507,9 +544,7 @@ class AimdAdmission(Admission):
         if s.session_id not in self._to_suspend:
             return False
         self._to_suspend.discard(s.session_id)
-        ws = self.working_set
-        if ws.sessions.pop(s.session_id, None) is not None:
-            ws.blocks -= footprints(ctx)(s)
+        self.working_set.remove(s, ctx)
         self.suspended += 1
         return True
 

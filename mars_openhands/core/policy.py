@@ -31,6 +31,7 @@ import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
 
 from mars_openhands.core.boundaries import BoundaryInference, HeldEvents, is_inferred
 from mars_openhands.core.context import PolicyContext
@@ -287,10 +288,10 @@ class Policy:
         return lambda r: key(r, ctx)
 
     def keys(self, requests: Iterable[Request], now: float) -> list[SortKey]:
-        """`sort_key(now)` of each request, in one pass (for an engine that sorts its own objects)."""
+        """`sort_key(now)` of each request, in one pass (for an engine that sorts its own objects;
+        `map` calls the key without an interpreted loop: this runs at every engine step)."""
         self.ctx.now = now
-        key, ctx = self.ordering.key, self.ctx
-        return [key(r, ctx) for r in requests]
+        return list(map(self.ordering.key, requests, repeat(self.ctx)))
 
     def order(self, requests: Sequence[Request], now: float, by_priority: bool = False) -> list[Request]:
         """`requests` in the order to serve them. `by_priority` (vLLM's `--scheduling-policy
@@ -322,8 +323,9 @@ class Policy:
         from a resumed request recomputing its own outputs after preemption; more than one token
         left is such a recompute, a prefill chunk too.
         """
-        if req.is_prefill:
-            n = min(req.prefill_remaining, budget)
+        prefill = req.prompt_tokens - req.computed_tokens     # (`is_prefill`, `prefill_remaining`)
+        if prefill > 0:
+            n = min(prefill, budget)
         elif remaining is not None and remaining > 1:
             n = min(remaining, budget)
         else:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from mars_openhands.core.model import Request
 from mars_openhands.sim.entities import SimRequest
 from mars_openhands.sim.kv import INF, BlockPool
 from mars_openhands.sim.prefix import SessionCache
@@ -22,14 +23,17 @@ class BatchRunner:
     def __init__(self, profile: Profile, cache: SessionCache, counters: Counters) -> None:
         self.p, self.bs, self.cache, self.counters = profile, profile.block_size, cache, counters
 
-    def run(self, sched: dict[SimRequest, int]) -> tuple[float, int, list[SimRequest]]:
-        """Advance every scheduled call; (step seconds, prefill tokens, calls that sample a token)."""
+    def run(self, sched: dict[SimRequest, int]) -> tuple[float, int, list[SimRequest], list[tuple[Request, int]]]:
+        """Advance every scheduled call; (step seconds, prefill tokens, calls that sample a token,
+        what the policy hears of the step: (request, tokens) in scheduling order)."""
         bs, cache, counters = self.bs, self.cache, self.counters
         P = D = C = 0
         A = 0.0
         sampled = []
+        served = []
         for r, n in sched.items():
             req = r.req
+            served.append((req, n))
             c = r.c
             end = c + n
             pt = req.prompt_tokens
@@ -67,7 +71,7 @@ class BatchRunner:
         counters.batches += 1
         counters.prefill_tokens += P
         counters.decode_tokens += D
-        return self.p.step_s(P, A, D, C), P, sampled
+        return self.p.step_s(P, A, D, C), P, sampled, served
 
 
 class DecodeRun:
@@ -115,7 +119,7 @@ class DecodeRun:
             m = min(m, j)
         # KV: blocks for m steps beyond the one already allocated must be free (no preemption)
         def blocks(k: int) -> int:
-            return sum(max(0, -(-(r.c + k) // bs) - r.req.kv_blocks) for r in running)
+            return sum(n for r in running if (n := -(-(r.c + k) // bs) - r.req.kv_blocks) > 0)
         if blocks(m) > pool.free:
             lo, hi = 1, m
             while lo < hi:

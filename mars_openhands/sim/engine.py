@@ -226,9 +226,9 @@ class Engine:
         return horizon
 
     def _run_batch(self, tokens: dict[SimRequest, int]) -> None:
-        dt, prefill, sampled = self.batch.run(tokens)
+        dt, prefill, sampled, served = self.batch.run(tokens)
         pol, now = self.policy, self.now
-        pol.on_step([(r.req, n) for r, n in tokens.items()], self.scheduler.waiting.requests(), now)
+        pol.on_step(served, self.scheduler.waiting.requests(), now)
         if prefill:
             pol.observe_prefill(prefill, dt)
         self.events_until(now + dt)

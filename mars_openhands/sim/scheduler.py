@@ -151,7 +151,7 @@ class Scheduler:
         # Blocks are taken from the free queue's head in one go: nothing here reads the queue or
         # adds to its head in between (releases append), so the same blocks go as one by one.
         pending = 0
-        for i, r in enumerate(ordered):
+        for r in ordered:
             if budget <= 0:
                 break
             if gone and r in gone:
@@ -191,7 +191,9 @@ class Scheduler:
                 if self.pins.revoke(need, now):
                     n = n0
                     continue
-                victim = by_req[pol.choose_victim([x.req for x in ordered[i:] if x not in gone])]
+                # among the requests not yet served this step (`r` and those after it)
+                later = ordered[ordered.index(r):]
+                victim = by_req[pol.choose_victim([x.req for x in later if x not in gone])]
                 self.preempt(victim, now)
                 gone.add(victim)
                 if victim is r:
