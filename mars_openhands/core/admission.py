@@ -45,6 +45,9 @@ contexts outgrew, or a tool plane the admitted sessions flood, sheds sessions in
 thrashing or queueing everyone behind everyone.
 
 `select()` admits backlog sessions while both limits allow, in the `LoadBalancer`'s order.
+Tail: when the tool plane's cap (not W) binds, once a tick the oldest new session that waited
+longer than each of the latest 20 new sessions admitted goes in past it, within the KV limits.
+
 Liveness: when, at a tick, no admitted session has a call in the engine and the tool plane is
 not overloaded, the head of the backlog is admitted whatever the limits say, so the engine never
 idles for more than one control period while work is parked. (With the tool plane overloaded,
@@ -57,6 +60,7 @@ tokens / 2 long sessions. There is no W_max unless configured (the preview's 30;
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
@@ -73,6 +77,9 @@ _BY_ARRIVAL = attrgetter("first_arrival_s")
 _BY_SIZE = attrgetter("first_prompt_tokens", "first_arrival_s")
 _FINISHED = attrgetter("turns_finished")
 _CONTEXT, _PROMPT = attrgetter("context_tokens"), attrgetter("prompt_tokens")
+#: New sessions whose admission waits set the overdue bar: the fewest whose longest wait is their
+#: 95th percentile (the p95 latency's tail).
+TAIL_SAMPLE = 20
 #: Floor of both shares: K is at most 20 x what fits resident and cpu_cap 20 x the paper's
 #: (sessions that spend 95 % of their time on one plane; below that the estimate rests on too
 #: few sessions on the other).
@@ -231,6 +238,7 @@ class LoadBalancer:
         self._last_arrival = -math.inf
         self._admitted_new = 0
         self._admitted_wait_s = 0.0
+        self._waits: deque[float] = deque(maxlen=TAIL_SAMPLE)   # the latest new sessions' admission waits
         self._size_order: tuple[tuple[str, tuple[Session, ...]], list[Session]] | None = None
         self._split: tuple[tuple[tuple[Session, ...], tuple[int, ...]], list[Session], list[Session]] | None = None
 
@@ -243,10 +251,17 @@ class LoadBalancer:
             if not s.turns_finished:
                 self._admitted_new += 1
                 self._admitted_wait_s += now - s.first_arrival_s
+                self._waits.append(now - s.first_arrival_s)
 
     def overdue_bar_s(self) -> float:
         """Mean admission wait of the new sessions admitted so far (inf before the first)."""
         return self._admitted_wait_s / self._admitted_new if self._admitted_new else math.inf
+
+    def tail_bar_s(self) -> float:
+        """The longest admission wait of the latest 20 new sessions admitted (inf before 20): a
+        session that waited longer is being passed over by every one of them (the tail the p95
+        reads)."""
+        return max(self._waits) if len(self._waits) == TAIL_SAMPLE else math.inf
 
     def is_overdue(self, s: Session, now: float) -> bool:
         return self.is_long(s) and now - s.first_arrival_s >= self.overdue_bar_s()
@@ -403,6 +418,8 @@ class AimdAdmission(Admission):
         self.pressure = Pressure()
         self.suspended = 0
         self.idle_admits = 0
+        self.overdue_admits = 0
+        self._tail_pass = False
         self._pending_blocks = 0     # first-prefill blocks of sessions admitted since the last tick
         self._preemptions_seen = 0
         self._to_suspend: set[str] = set()
@@ -451,6 +468,7 @@ class AimdAdmission(Admission):
         p.kv_usage = usage
         p.budget_blocks = self.budget_blocks(ctx)
         self._pending_blocks = 0
+        self._tail_pass = True
         preempted = ctx.preemptions > self._preemptions_seen
         self._preemptions_seen = ctx.preemptions
         ws.refresh(ctx)
@@ -521,9 +539,28 @@ class AimdAdmission(Admission):
             # out, idling can (checked once a tick: the engine idles at most one control period).
             chosen = self.balancer.order(backlog, 1, p, ctx.kv.blocks_for, ctx.now)[:1]
             self.idle_admits += 1
-        self._engine_idle = False
+        elif not chosen and self._tail_pass and slots <= 0 and self.cpu_cap is not None and self.cpu_cap < self.window:
+            # The tool plane's cap, not the window, holds the backlog: once a tick, a session
+            # every later one has passed goes in (`_overdue_head`).
+            chosen = self._overdue_head(backlog, ctx)
+        self._engine_idle = self._tail_pass = False
         self._admitted(chosen, ctx)
         return chosen
+
+    def _overdue_head(self, backlog: Sequence[Session], ctx: PolicyContext) -> list[Session]:
+        """The oldest new session past the balancer's tail bar, if its first prefill fits the KV
+        budget and its footprint the KV window: the tool plane's cap must not keep one session out
+        while every later one goes by (the p95 reads it)."""
+        bar, now = self.balancer.tail_bar_s(), ctx.now
+        s = next((s for s in backlog if not s.turns_finished and now - s.first_arrival_s >= bar), None)
+        if s is None:
+            return []
+        room = self.kv_admit_window - self.working_set.blocks if self.config.kv_window else math.inf
+        if (ctx.kv.blocks_for(s.prompt_tokens) > self.pressure.budget_blocks - self._pending_blocks
+                or footprints(ctx)(s) > room):
+            return []
+        self.overdue_admits += 1
+        return [s]
 
     def _admitted(self, chosen: Sequence[Session], ctx: PolicyContext) -> None:
         self.balancer.admitted(chosen, ctx.now)
@@ -558,4 +595,5 @@ class AimdAdmission(Admission):
                 "kv_usage": p.kv_usage, "budget_blocks": p.budget_blocks,
                 "mode": self.balancer.mode, "long_in_flight": len(self.balancer.long_sessions),
                 "suspended": self.suspended, "idle_admits": self.idle_admits,
+                "overdue_admits": self.overdue_admits,
                 "arrival_rate": self.balancer.arrival_rate()}

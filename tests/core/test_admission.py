@@ -273,6 +273,20 @@ def test_an_overdue_long_session_goes_first_and_passes_the_short_wait_gate():
     assert ids(lb.select(backlog, 3, Pressure(kv_overloaded=True, budget_blocks=90_000), ctx)) == ["short"]
 
 
+def test_the_tail_bar_is_the_longest_of_the_latest_20_admission_waits():
+    lb = LoadBalancer()
+    lb.admitted([Session("early", 0.0, 1000, prompt_tokens=1000)], 500.0)   # a long wait, long ago
+    for i in range(18):                                       # waits 1..18 s
+        lb.admitted([Session(f"a{i}", 0.0, 1000, prompt_tokens=1000)], float(i + 1))
+    assert lb.tail_bar_s() == float("inf")                   # too few waits to read a tail
+    lb.admitted([Session("a18", 0.0, 1000, prompt_tokens=1000)], 19.0)
+    assert lb.tail_bar_s() == pytest.approx(500.0)
+    lb.admitted([Session("a19", 0.0, 1000, prompt_tokens=1000)], 20.0)
+    assert lb.tail_bar_s() == pytest.approx(20.0)            # the early 500 s fell out of the window
+    lb.admitted([Session("again", 5.0, 1000, prompt_tokens=1000, turns_finished=1)], 100.0)
+    assert lb.tail_bar_s() == pytest.approx(20.0)            # a paused session's resume is no wait
+
+
 # ---- through the Policy facade -------------------------------------------------------------
 
 def mars(total: int = 10_000, workers: int = 2, **overrides) -> Policy:
@@ -533,3 +547,48 @@ def test_one_core_calls_read_the_same_as_workers():
     a = AimdAdmission(AimdConfig())
     a.tick(ctx)
     assert a.host_runs == 8 and a.cpu_cap == 12                            # the paper's cap
+
+
+def test_an_overdue_session_passes_the_tool_planes_cap_once_a_tick_within_the_kv_limits():
+    """The tool plane's cap held the first burst's sessions for 320 s while every later one went
+    by (bursty-cpu / 64 / ample / overloaded, p95 0.94x ThunderAgent's on one seed)."""
+    p = mars(total=10_000, w_init=50)                         # cpu_cap = max(4, 2 x 1.5) = 4 < W
+    for i in range(4):                                        # the cap is full
+        arrive(p, f"in{i}", 0, 1000, 0.0)
+    p.admit([p.ctx.sessions[f"in{i}"] for i in range(4)], 0.0)
+    assert p.stats()["admission"]["cpu_cap"] == 4 and p.ctx.admitted_active == 4
+    lb = p.admission.balancer
+    for i in range(20):                                       # the latest admissions waited 10 s
+        lb.admitted([Session(f"w{i}", 0.0, 1000, prompt_tokens=1000)], 10.0)
+    arrive(p, "old", 0, 1000, 1.0)
+    arrive(p, "older", 0, 1000, 0.5)
+    backlog = [p.ctx.sessions["older"], p.ctx.sessions["old"]]
+    assert p.admit(backlog, 10.2) == []                       # waited 9.7 s: not yet overdue
+    assert ids(p.admit(backlog, 10.6)) == ["older"]           # 10.1 s: past the bar, past the cap
+    assert p.admit(backlog[1:], 10.7) == []                   # one a tick
+    assert p.admit(backlog[1:], 11.0) == []                   # 10.0 s: the bar is now older's 10.1 s
+    assert ids(p.admit(backlog[1:], 11.2)) == ["old"]
+    st = p.stats()["admission"]
+    assert st["overdue_admits"] == 2 and p.ctx.admitted_active == 6
+    big = Session("big", 0.0, 200_000, prompt_tokens=200_000)  # 12,500 blocks: never past the KV limits
+    p.ctx.sessions["big"] = big
+    t = 11.2
+    while t < 20:
+        t += 0.2
+        assert p.admit([big], t) == []
+
+
+def test_an_overdue_session_does_not_pass_the_session_window():
+    """W is the paper's response to measured overload; only the tool plane's estimate is passed."""
+    p = mars(total=10_000, w_init=4, w_max=4)                 # W = cpu_cap = 4
+    for i in range(4):
+        arrive(p, f"in{i}", 0, 1000, 0.0)
+    p.admit([p.ctx.sessions[f"in{i}"] for i in range(4)], 0.0)
+    for i in range(20):
+        p.admission.balancer.admitted([Session(f"w{i}", 0.0, 1000, prompt_tokens=1000)], 1.0)
+    arrive(p, "old", 0, 1000, 0.5)
+    t = 0.0
+    while t < 10:
+        t += 0.2
+        assert p.admit([p.ctx.sessions["old"]], t) == []
+    assert p.stats()["admission"]["overdue_admits"] == 0
