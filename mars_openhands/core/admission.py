@@ -531,8 +531,7 @@ class AimdAdmission(Admission):
                  ctx.turn_growth_tokens, len(ctx.sessions))
         if slots > 0 and state != self._fruitless:
             view = p.with_budget(p.budget_blocks - self._pending_blocks)
-            room = self.kv_admit_window - ws.blocks if self.config.kv_window else math.inf
-            chosen = self.balancer.select(backlog, slots, view, ctx, room)
+            chosen = self.balancer.select(backlog, slots, view, ctx, self._kv_room())
             self._fruitless = None if chosen else state
         if not chosen and self._engine_idle:
             # Nothing admitted was in the engine at the last tick: admitting cannot crowd anyone
@@ -547,6 +546,10 @@ class AimdAdmission(Admission):
         self._admitted(chosen, ctx)
         return chosen
 
+    def _kv_room(self) -> float:
+        """Blocks of footprint the KV window admits on top of the working set (inf when off)."""
+        return self.kv_admit_window - self.working_set.blocks if self.config.kv_window else math.inf
+
     def _overdue_head(self, backlog: Sequence[Session], ctx: PolicyContext) -> list[Session]:
         """The oldest new session past the balancer's tail bar, if its first prefill fits the KV
         budget and its footprint the KV window: the tool plane's cap must not keep one session out
@@ -555,9 +558,8 @@ class AimdAdmission(Admission):
         s = next((s for s in backlog if not s.turns_finished and now - s.first_arrival_s >= bar), None)
         if s is None:
             return []
-        room = self.kv_admit_window - self.working_set.blocks if self.config.kv_window else math.inf
         if (ctx.kv.blocks_for(s.prompt_tokens) > self.pressure.budget_blocks - self._pending_blocks
-                or footprints(ctx)(s) > room):
+                or footprints(ctx)(s) > self._kv_room()):
             return []
         self.overdue_admits += 1
         return [s]
