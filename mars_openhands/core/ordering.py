@@ -128,6 +128,13 @@ class MlfqOrdering(Ordering):
         self._chunk_start[req] = req.computed_tokens
         return q
 
+    def steady_quantum(self, req: Request) -> int | None:
+        # At the bottom level a prefill served at every step neither ages nor demotes: its key is
+        # (top, last step, arrival) like every other running request's, and its quantum the last.
+        if req.level == self._top and req.preempted_s < 0.0 and req.computed_tokens < req.prompt_tokens:
+            return self._quanta[self._top]
+        return None
+
     def on_arrival(self, req: Request, ctx: PolicyContext) -> None:
         req.level = 0
 

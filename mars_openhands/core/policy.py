@@ -333,6 +333,11 @@ class Policy:
         quantum = self.ordering.prefill_quantum(req, self.ctx)
         return n if quantum is None else min(n, quantum)
 
+    def steady_chunk(self, req: Request) -> int | None:
+        """The chunk `req`'s prefill gets at every step while every running request is served at
+        every step, if the ordering promises one (`Ordering.steady_quantum`); None otherwise."""
+        return self.ordering.steady_quantum(req)
+
     def shrink(self, tokens: int, room_tokens: int | None = None) -> int | None:
         return self.chunking.shrink(tokens, self.ctx.kv.block_size, room_tokens)
 
@@ -379,6 +384,13 @@ class Policy:
                 self.retention.on_readmitted(req, now - req.preempted_s, ctx)
                 req.preempted_s = -1.0
         self.ordering.on_step(scheduled, waiting, ctx)
+
+    def on_steps(self, scheduled: Sequence[tuple[Request, int]], waiting: Sequence[Request],
+                 last_s: float, now: float) -> None:
+        """`on_step` for a run of steps whose last one started at `last_s`, told at `now` (an
+        engine that ran steps of steady chunks in one go: `steady_chunk`)."""
+        self.on_step(scheduled, waiting, last_s)
+        self.ctx.now = now
 
     def observe_prefill(self, tokens: int, seconds: float, alpha: float = PREFILL_RATE_EMA) -> None:
         """Feed a measured prefill (tokens computed in `seconds`) into the prefill-rate EMA."""

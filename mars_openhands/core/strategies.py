@@ -42,6 +42,12 @@ class Ordering(ABC):
         """Most prefill tokens `req` may get this step; None = only the engine's budget limits it."""
         return None
 
+    def steady_quantum(self, req: Request) -> int | None:
+        """The quantum `req`'s prefill gets at every step while it is scheduled at every step, if
+        that quantum, the order and `on_step` do not change with its progress (an engine may then
+        run such steps in one go and report them as one `on_step`); None: no such promise."""
+        return None
+
     def on_arrival(self, req: Request, ctx: PolicyContext) -> None:
         """A request reached the engine (its session is in ctx.sessions)."""
 

@@ -48,23 +48,7 @@ class BatchRunner:
                 continue
             P += n
             A += n * (c + n * 0.5)
-            hi = r.done_hi
-            if c < hi:
-                k = (end if end < hi else hi) - c
-                counters.preempt_recompute += k
-                r.sess.recomputed += k
-            lo = c if c > hi else hi
-            if end > lo and lo < r.evict_hi:
-                k = (end if end < r.evict_hi else r.evict_hi) - lo
-                counters.evict_recompute += k
-                r.sess.recomputed += k
-            if end > hi:
-                r.done_hi = end
-            r.c = end
-            req.computed_tokens = end if end < pt else pt
-            f_old, f_new = c // bs, end // bs
-            if f_new > f_old:
-                cache.extend(r, f_old, f_new)
+            self.prefill(r, n)
             if end == pt + req.output_tokens:
                 sampled.append(r)
         counters.steps += 1
@@ -72,6 +56,32 @@ class BatchRunner:
         counters.prefill_tokens += P
         counters.decode_tokens += D
         return self.p.step_s(P, A, D, C), P, sampled, served
+
+
+    def prefill(self, r: SimRequest, n: int) -> None:
+        """Advance a prefill (or recompute) chunk of `n` tokens: recomputed tokens are counted,
+        the blocks it completes join the call's chains."""
+        counters, req, bs = self.counters, r.req, self.bs
+        c = r.c
+        end = c + n
+        hi = r.done_hi
+        if c < hi:
+            k = (end if end < hi else hi) - c
+            counters.preempt_recompute += k
+            r.sess.recomputed += k
+        lo = c if c > hi else hi
+        if end > lo and lo < r.evict_hi:
+            k = (end if end < r.evict_hi else r.evict_hi) - lo
+            counters.evict_recompute += k
+            r.sess.recomputed += k
+        if end > hi:
+            r.done_hi = end
+        r.c = end
+        pt = req.prompt_tokens
+        req.computed_tokens = end if end < pt else pt
+        f_old, f_new = c // bs, end // bs
+        if f_new > f_old:
+            self.cache.extend(r, f_old, f_new)
 
 
 class DecodeRun:

@@ -50,6 +50,7 @@ from mars_openhands.sim.prefix import SessionCache
 from mars_openhands.sim.profiles import Profile
 from mars_openhands.sim.scheduler import Scheduler
 from mars_openhands.sim.stats import Counters, Timeline
+from mars_openhands.sim.steady import SteadyRun
 from mars_openhands.sim.tools import ToolJob, ToolPlane, ToolPool
 from mars_openhands.sim.waiting import REORDER_S
 from mars_openhands.workload.trace import SessionTrace
@@ -69,7 +70,7 @@ class Engine:
                  tool_workers: int, kv_blocks: int,
                  progress: Callable[[int, int], None] | None = None,
                  on_event: Callable[[Event], None] | None = None, check: bool = False,
-                 fast_forward: bool = True) -> None:
+                 fast_forward: bool = True, steady: bool = True) -> None:
         self.p = profile
         self.bs = profile.block_size
         self.policy = policy
@@ -77,6 +78,9 @@ class Engine:
         self.listener = on_event
         self.check = check
         self.fast_forward = fast_forward
+        #: run steady mixed steps in one go (`steady.py`); results equal single-stepping
+        self.steady = steady
+        self._steady: SteadyRun | None = None
         self.stall_s = STALL_S
         self.now = 0.0
         self.events = EventQueue()
@@ -187,13 +191,25 @@ class Engine:
 
     def step(self) -> bool:
         """Schedule and run one batch; False if nothing could run (the engine waits for an event)."""
-        now, sched = self.now, self.scheduler
+        now, sched, run = self.now, self.scheduler, self._steady
+        dt = None
+        if run is not None:
+            dt = run.plan()
+            if dt is None:
+                self._end_steady(now)
+                run = None
+        outside = self._outside() if run is not None else None
         self._observe_kv(now)
         self.pins.expire(now)
         if self._ticks or self.backlog:
             self._admit()
         if sched.window:
             sched.refill(now)
+        if run is not None and dt is not None:
+            if self._outside() == outside and not sched.admits(run.budget, now):
+                self._run_steady_step(run, dt)
+                return True
+            self._end_steady(now)
         scheduled = sched.schedule(now)
         if scheduled is None:
             return False
@@ -202,8 +218,36 @@ class Engine:
             if m > 1:
                 self._run_decode_steps(m)
                 return True
+        preemptions = self.counters.preemptions
         self._run_batch(scheduled.tokens)
+        if (self.steady and not scheduled.decode_only and not scheduled.admitted
+                and preemptions == self.counters.preemptions and len(sched.running) == len(scheduled.tokens)
+                and not sched.admits(1, self.now)):         # (else the next step tries the queue)
+            self._steady = SteadyRun.start(self.p, self.pool, self.cache, self.counters, self.batch,
+                                           self.policy, sched.running, self.now)
         return True
+
+    def _outside(self) -> tuple[int, int, int, int, int]:
+        """What the top of a step may change that a steady run cannot follow: pins released,
+        calls admitted or moved in from the overflow queue."""
+        sched = self.scheduler
+        return (self.pool.free, len(self.pins.pins), len(self.backlog), sched.waiting.version, len(sched.window))
+
+    def _run_steady_step(self, run: SteadyRun, dt: float) -> None:
+        now = self.now
+        prefill = run.step(now)
+        self.policy.observe_prefill(prefill, dt)
+        self.events_until(now + dt)
+        if self.check:
+            self.check_invariants()
+
+    def _end_steady(self, now: float) -> None:
+        """Settle the steady run; the policy hears its steps as one `on_step`."""
+        run, self._steady = self._steady, None
+        assert run is not None
+        served = run.finish()
+        if run.i:
+            self.policy.on_steps(served, self.scheduler.waiting.requests(), run.last_s, now)
 
     def _observe_kv(self, now: float) -> None:
         """Report the GPU plane before admission, as the vLLM adapter does at the top of its step.

@@ -128,8 +128,7 @@ class Scheduler:
             else:
                 budget = self._schedule_running(budget, sched, gone, now)
         admitted = False
-        if not gone and waiting and budget > 0 and len(self.running) < self.max_seqs \
-                and waiting.may_admit(pool.free, now):
+        if not gone and self.admits(budget, now):
             n_before = len(sched)
             self._schedule_waiting(budget, sched, now)
             admitted = len(sched) > n_before
@@ -137,6 +136,11 @@ class Scheduler:
         if not sched:
             return None
         return Scheduled(sched, decode_only, admitted)
+
+    def admits(self, budget: int, now: float) -> bool:
+        """Whether a step leaving `budget` tokens would try to admit the waiting queue's head."""
+        return bool(self.waiting) and budget > 0 and len(self.running) < self.max_seqs \
+            and self.waiting.may_admit(self.pool.free, now)
 
     def _tokens(self, r: SimRequest, budget: int) -> int:
         req = r.req

@@ -21,6 +21,7 @@ class Counters:
     decode_tokens: int = 0
     steps: int = 0                   # engine steps simulated (a fast-forwarded run counts each)
     batches: int = 0                 # steps or fast-forwarded runs actually computed
+    steady_steps: int = 0            # steps run in a steady run, without re-scheduling
     pins_made: int = 0
     pins_released: int = 0
     pinned_block_seconds: float = 0.0

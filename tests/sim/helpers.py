@@ -83,11 +83,11 @@ def custom_policy(profile: Profile, *, retention: Retention | None = None,
 
 def make_engine(sessions: Sequence[SessionTrace], profile: Profile | str = TINY, policy: str | Policy = "fcfs",
                 *, kv_blocks: int | None = None, workers: int | None = None, check: bool = True,
-                fast_forward: bool = True, events: list | None = None) -> Engine:
+                fast_forward: bool = True, steady: bool = True, events: list | None = None) -> Engine:
     prof = get_profile(profile)
     blocks = kv_blocks or prof.kv_blocks
     tw = workers or prof.tool_workers
     pol = build_policy(policy, EngineShape(blocks, prof.block_size, tw)) if isinstance(policy, str) else policy
     return Engine(sorted(sessions, key=lambda s: s.arrival_s), prof, pol, tool_workers=tw, kv_blocks=blocks,
-                  check=check, fast_forward=fast_forward,
+                  check=check, fast_forward=fast_forward, steady=steady,
                   on_event=None if events is None else events.append)

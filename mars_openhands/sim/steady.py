@@ -1,0 +1,166 @@
+"""The steady-chunk fast-forward: a run of mixed steps that repeat, taken without re-scheduling.
+
+When every running call either decodes or takes the same prefill chunk at every step (MARS' MLFQ
+at its bottom level: `Policy.steady_chunk`), nobody is admitted and the budget does not bind,
+the next step is the same batch with every position one step on. `SteadyRun` runs such steps
+without sorting, sizing or scanning every call: per step it takes the blocks that the calls
+crossing a block boundary need, hashes the blocks they complete and runs the prefill chunks, all
+in scheduling order and exactly as `BatchRunner` would; decodes' positions and sampled tokens are
+settled when the run ends, and the policy hears the run as one `on_step` then (as after a decode
+fast-forward).
+
+The engine (`engine.py`) decides each step whether the run goes on: no admission tick due, no
+call finishing or ending its prefill, blocks enough, no event inside the step, nothing admitted,
+refilled or unpinned at the top of the step, and a waiting head known not to fit. Otherwise it
+ends the run and schedules the step as usual. Results equal single-stepping (tested).
+"""
+from __future__ import annotations
+
+from mars_openhands.core.model import Request
+from mars_openhands.core.policy import Policy
+from mars_openhands.sim.batch import BatchRunner
+from mars_openhands.sim.entities import SimRequest
+from mars_openhands.sim.kv import BlockPool
+from mars_openhands.sim.prefix import SessionCache
+from mars_openhands.sim.profiles import Profile
+from mars_openhands.sim.stats import Counters
+
+
+class SteadyRun:
+    __slots__ = ("p", "bs", "pool", "cache", "counters", "runner", "order", "prefills", "decodes",
+                 "c0", "i", "left", "C0", "budget", "need_at", "extend_at", "last_s", "_plan")
+
+    def __init__(self, p: Profile, pool: BlockPool, cache: SessionCache, counters: Counters,
+                 runner: BatchRunner, order: list[tuple[SimRequest, int]], budget: int) -> None:
+        bs = p.block_size
+        self.p, self.bs, self.pool, self.cache, self.counters, self.runner = p, bs, pool, cache, counters, runner
+        self.order = order
+        #: budget left after this batch: what the waiting queue would be offered
+        self.budget = budget
+        self.i = 0                          # steps run so far
+        self.prefills: list[tuple[int, SimRequest, int]] = []
+        self.decodes: list[SimRequest] = []
+        #: each decode's position when the run began
+        self.c0: list[int] = []
+        #: step -> decodes that need a new block then (every `bs` steps after the first)
+        self.need_at: dict[int, list[SimRequest]] = {}
+        #: step % bs -> (scheduling position, decode, first position) of decodes completing a block
+        self.extend_at: list[list[tuple[int, SimRequest, int]]] = [[] for _ in range(bs)]
+        left = 1 << 62
+        for pos, (r, n) in enumerate(order):
+            req, c = r.req, r.c
+            if n > 1 or c < req.prompt_tokens:
+                self.prefills.append((pos, r, n))
+                continue
+            self.decodes.append(r)
+            self.c0.append(c)
+            if r.target - req.output_tokens < left:
+                left = r.target - req.output_tokens
+            first = req.kv_blocks * bs - c
+            due = self.need_at.get(first)
+            if due is None:
+                self.need_at[first] = [r]
+            else:
+                due.append(r)
+            self.extend_at[(-(c + 1)) % bs].append((pos, r, c))
+        #: fewest tokens a decode still has to sample
+        self.left = left
+        self.C0 = sum(self.c0)
+        self.last_s = 0.0
+        self._plan: tuple[float, int, float, int] | None = None
+
+    @classmethod
+    def start(cls, p: Profile, pool: BlockPool, cache: SessionCache, counters: Counters,
+              runner: BatchRunner, policy: Policy, running: list[SimRequest], now: float) -> SteadyRun | None:
+        """A run from the next step on, if every running call decodes or takes its steady chunk
+        within the step's token budget, and the next step is one (nobody finishes, the blocks are
+        free); None otherwise. `running` was all served this step."""
+        budget, bs, prefills, need = p.max_num_batched_tokens, p.block_size, 0, 0
+        chunks: list[int] = []
+        for r in running:
+            req, c = r.req, r.c
+            if c >= req.prompt_tokens and c == req.prompt_tokens + req.output_tokens - 1:
+                if r.target - req.output_tokens < 2:
+                    return None
+                if req.kv_blocks * bs <= c:
+                    need += 1
+                chunks.append(1)
+                continue
+            q = policy.steady_chunk(req)
+            if q is None or c + q >= req.prompt_tokens:
+                return None
+            need += -(-(c + q) // bs) - req.kv_blocks
+            chunks.append(q)
+            prefills += 1
+        budget -= sum(chunks)
+        if not prefills or budget < 0 or need > pool.free:
+            return None
+        keys = policy.keys([r.req for r in running], now)
+        idx = sorted(range(len(running)), key=keys.__getitem__)
+        return cls(p, pool, cache, counters, runner, [(running[i], chunks[i]) for i in idx], budget)
+
+    def plan(self) -> float | None:
+        """The next step's duration, if it is the same batch again (no call finishes or ends its
+        prefill, and the blocks it needs are free); None when the run must end."""
+        i = self.i
+        if self.left - i < 2:                    # a decode samples its last token in this step
+            return None
+        bs, need, P, A = self.bs, len(self.need_at.get(i, ())), 0, 0.0
+        for _, r, n in self.prefills:
+            c = r.c
+            if c + n >= r.req.prompt_tokens:
+                return None
+            need += -(-(c + n) // bs) - r.req.kv_blocks
+            P += n
+            A += n * (c + n * 0.5)
+        if need > self.pool.free:
+            return None
+        D = len(self.decodes)
+        dt = self.p.step_s(P, A, D, self.C0 + D * (i + 1))
+        self._plan = (dt, P, A, need)
+        return dt
+
+    def step(self, now: float) -> int:
+        """Run the planned step (started at `now`); returns its prefill tokens."""
+        assert self._plan is not None, "SteadyRun.step without a plan"
+        _, P, _, need = self._plan
+        self._plan = None
+        i, bs, cache = self.i, self.bs, self.cache
+        if need:
+            self.pool.take(need)
+        due = self.need_at.pop(i, None)
+        if due:
+            for r in due:
+                r.req.kv_blocks += 1
+            self.need_at.setdefault(i + bs, []).extend(due)
+        for _, r, n in self.prefills:
+            blocks = -(-(r.c + n) // bs) - r.req.kv_blocks
+            if blocks > 0:
+                r.req.kv_blocks += blocks
+        # blocks completed, in scheduling order (prefills complete at least one a step)
+        work = sorted(self.extend_at[i % bs] + self.prefills, key=lambda x: x[0])
+        for _, r, c in work:
+            if r.c >= r.req.prompt_tokens:       # a decode: c is its position when the run began
+                end = c + i + 1
+                cache.extend(r, end // bs - 1, end // bs)
+            else:
+                self.runner.prefill(r, c)         # (c: the prefill's chunk)
+        D = len(self.decodes)
+        counters = self.counters
+        counters.steps += 1
+        counters.batches += 1
+        counters.steady_steps += 1
+        counters.prefill_tokens += P
+        counters.decode_tokens += D
+        self.i = i + 1
+        self.last_s = now
+        return P
+
+    def finish(self) -> list[tuple[Request, int]]:
+        """Settle the decodes (positions, sampled tokens); (request, tokens) served over the run,
+        in scheduling order, for the policy's `on_step`."""
+        i = self.i
+        for r, c in zip(self.decodes, self.c0):
+            r.c = r.done_hi = c + i
+            r.req.output_tokens += i
+        return [(r.req, n * i) for r, n in self.order]
