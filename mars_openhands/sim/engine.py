@@ -198,15 +198,15 @@ class Engine:
             if dt is None:
                 self._end_steady(now)
                 run = None
-        outside = self._outside() if run is not None else None
         self._observe_kv(now)
-        self.pins.expire(now)
+        changed = self.pins.expire(now)
         if self._ticks or self.backlog:
-            self._admit()
+            changed = self._admit() or changed
         if sched.window:
-            sched.refill(now)
+            changed = sched.refill(now) or changed
         if run is not None and dt is not None:
-            if self._outside() == outside and not sched.admits(run.budget, now):
+            # (the top of the step released pins, or let calls in: the next batch is not the same)
+            if not changed and not sched.admits(run.budget, now):
                 self._run_steady_step(run, dt)
                 return True
             self._end_steady(now)
@@ -221,24 +221,30 @@ class Engine:
         preemptions = self.counters.preemptions
         self._run_batch(scheduled.tokens)
         if (self.steady and not scheduled.decode_only and not scheduled.admitted
-                and preemptions == self.counters.preemptions and len(sched.running) == len(scheduled.tokens)
-                and not sched.admits(1, self.now)):         # (else the next step tries the queue)
-            self._steady = SteadyRun.start(self.p, self.pool, self.cache, self.counters, self.batch,
-                                           self.policy, sched.running, self.now)
+                and preemptions == self.counters.preemptions and len(sched.running) == len(scheduled.tokens)):
+            self._start_steady()
         return True
 
-    def _outside(self) -> tuple[int, int, int, int, int]:
-        """What the top of a step may change that a steady run cannot follow: pins released,
-        calls admitted or moved in from the overflow queue."""
-        sched = self.scheduler
-        return (self.pool.free, len(self.pins.pins), len(self.backlog), sched.waiting.version, len(sched.window))
+    def _start_steady(self) -> None:
+        """After a step that served every running call and admitted none: a steady run from the
+        next step on, if that step repeats this one (and will not try the waiting queue)."""
+        if not self.scheduler.admits(1, self.now):
+            self._steady = SteadyRun.start(self.p, self.pool, self.cache, self.counters, self.batch,
+                                           self.policy, self.scheduler.running, self.now)
 
     def _run_steady_step(self, run: SteadyRun, dt: float) -> None:
         now = self.now
+        last = run.last_step
         prefill = run.step(now)
+        if last:                        # settled now: the policy hears the step before events
+            self._steady = None
+            self.policy.on_steps(run.finish(sampled=False), self.scheduler.waiting.requests(), now, now)
         self.policy.observe_prefill(prefill, dt)
         self.events_until(now + dt)
-        if self.check:
+        if last:
+            self._sample(run.decodes)
+            self._start_steady()
+        elif self.check:
             self.check_invariants()
 
     def _end_steady(self, now: float) -> None:
@@ -306,13 +312,14 @@ class Engine:
 
     # ---- sessions: arrivals, admission, finished calls, tools ---------------------------------
 
-    def _admit(self) -> None:
+    def _admit(self) -> bool:
+        """Parked sessions the policy admits enter the engine; True if any did."""
         backlog, pol = self.backlog, self.policy
         if self._backlog_core is None:
             self._backlog_core = [pol.session(s.sid) for s in backlog]
         chosen = pol.admit(self._backlog_core, self.now)
         if not chosen:
-            return
+            return False
         ids = {c.session_id for c in chosen}
         keep = []
         self._backlog_core = [c for c in self._backlog_core if c is None or c.session_id not in ids]
@@ -324,6 +331,7 @@ class Engine:
             else:
                 keep.append(s)
         self.backlog = keep
+        return True
 
     def _submit_turn(self, s: SimSession) -> None:
         now, k, tr, pol = self.now, s.k, s.trace, self.policy

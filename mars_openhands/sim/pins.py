@@ -73,9 +73,14 @@ class PinKeeper:
                 blocks += ch.ref_hi - others
         return blocks
 
-    def expire(self, now: float) -> None:
+    def expire(self, now: float) -> bool:
+        """Release the pins the policy lets expire by `now`; True if any went."""
         if self.policy.pinned_sessions:
-            self.release_policy_pins(self.policy.expired_pins(now), now)
+            expired = self.policy.expired_pins(now)
+            if expired:
+                self.release_policy_pins(expired, now)
+                return True
+        return False
 
     def revoke(self, need: int, now: float) -> bool:
         """Drop pins in the policy's revocation order until `need` blocks are free; True if any went."""

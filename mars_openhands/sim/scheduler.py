@@ -65,10 +65,12 @@ class Scheduler:
         if self.window.enter(r, len(self.running) + len(self.waiting)):
             self._enqueue(r, now)
 
-    def refill(self, now: float) -> None:
-        """Move overflow calls into the waiting queue while the window has room."""
-        for r in self.window.refill(len(self.running) + len(self.waiting)):
+    def refill(self, now: float) -> bool:
+        """Move overflow calls into the waiting queue while the window has room; True if any moved."""
+        moved = self.window.refill(len(self.running) + len(self.waiting))
+        for r in moved:
             self._enqueue(r, now)
+        return bool(moved)
 
     def _enqueue(self, r: SimRequest, now: float) -> None:
         r.enqueued_s = now

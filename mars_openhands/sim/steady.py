@@ -9,10 +9,12 @@ in scheduling order and exactly as `BatchRunner` would; decodes' positions and s
 settled when the run ends, and the policy hears the run as one `on_step` then (as after a decode
 fast-forward).
 
-The engine (`engine.py`) decides each step whether the run goes on: no admission tick due, no
-call finishing or ending its prefill, blocks enough, no event inside the step, nothing admitted,
-refilled or unpinned at the top of the step, and a waiting head known not to fit. Otherwise it
-ends the run and schedules the step as usual. Results equal single-stepping (tested).
+The engine (`engine.py`) decides each step whether the run goes on: no call ending its prefill,
+blocks enough, nothing admitted, refilled or unpinned at the top of the step, and a waiting head
+known not to fit. Otherwise it ends the run and schedules the step as usual. A step in which a
+decode samples its last token is the run's last: the run is settled before the calls finish.
+Events falling inside a step are handled after it, as after any step: they read nothing the run
+has not settled. Results equal single-stepping (tested).
 """
 from __future__ import annotations
 
@@ -99,12 +101,15 @@ class SteadyRun:
         idx = sorted(range(len(running)), key=keys.__getitem__)
         return cls(p, pool, cache, counters, runner, [(running[i], chunks[i]) for i in idx], budget)
 
+    @property
+    def last_step(self) -> bool:
+        """The next step is the run's last: a decode samples its last token in it."""
+        return self.left - self.i < 2
+
     def plan(self) -> float | None:
-        """The next step's duration, if it is the same batch again (no call finishes or ends its
-        prefill, and the blocks it needs are free); None when the run must end."""
+        """The next step's duration, if it is the same batch again (no call ends its prefill, and
+        the blocks it needs are free); None when the run must end before it."""
         i = self.i
-        if self.left - i < 2:                    # a decode samples its last token in this step
-            return None
         bs, need, P, A = self.bs, len(self.need_at.get(i, ())), 0, 0.0
         for _, r, n in self.prefills:
             c = r.c
@@ -156,11 +161,13 @@ class SteadyRun:
         self.last_s = now
         return P
 
-    def finish(self) -> list[tuple[Request, int]]:
-        """Settle the decodes (positions, sampled tokens); (request, tokens) served over the run,
-        in scheduling order, for the policy's `on_step`."""
+    def finish(self, sampled: bool = True) -> list[tuple[Request, int]]:
+        """Settle the decodes: positions, and the tokens they sampled (all but the last step's
+        if not `sampled`: the engine samples those). Returns (request, tokens) served over the
+        run, in scheduling order, for the policy's `on_step`."""
         i = self.i
+        tokens = i if sampled else i - 1
         for r, c in zip(self.decodes, self.c0):
             r.c = r.done_hi = c + i
-            r.req.output_tokens += i
+            r.req.output_tokens += tokens
         return [(r.req, n * i) for r, n in self.order]
