@@ -29,8 +29,8 @@ from mars_openhands.sim.stats import Counters
 
 
 class SteadyRun:
-    __slots__ = ("p", "bs", "pool", "cache", "counters", "runner", "order", "prefills", "decodes",
-                 "c0", "i", "left", "C0", "budget", "need_at", "extend_at", "last_s", "_plan")
+    __slots__ = ("p", "bs", "pool", "cache", "counters", "runner", "order", "calls", "chunks", "c0",
+                 "prefills", "decodes", "phase", "i", "left", "C0", "budget", "last_s", "_plan")
 
     def __init__(self, p: Profile, pool: BlockPool, cache: SessionCache, counters: Counters,
                  runner: BatchRunner, order: list[tuple[SimRequest, int]], budget: int) -> None:
@@ -40,34 +40,31 @@ class SteadyRun:
         #: budget left after this batch: what the waiting queue would be offered
         self.budget = budget
         self.i = 0                          # steps run so far
-        self.prefills: list[tuple[int, SimRequest, int]] = []
-        self.decodes: list[SimRequest] = []
-        #: each decode's position when the run began
+        # by scheduling position: the call, its tokens a step, a decode's position when the run
+        # began (-1 for a prefill)
+        self.calls = [r for r, _ in order]
+        self.chunks = [n for _, n in order]
         self.c0: list[int] = []
-        #: step -> decodes that need a new block then (every `bs` steps after the first)
-        self.need_at: dict[int, list[SimRequest]] = {}
-        #: step % bs -> (scheduling position, decode, first position) of decodes completing a block
-        self.extend_at: list[list[tuple[int, SimRequest, int]]] = [[] for _ in range(bs)]
+        self.prefills: list[int] = []       # positions of the prefills
+        self.decodes: list[SimRequest] = []
+        #: c0 % bs -> positions of the decodes at that phase: each needs a block when its position
+        #: is a multiple of `bs` (its blocks hold exactly its tokens) and completes one a step earlier
+        self.phase: list[list[int]] = [[] for _ in range(bs)]
         left = 1 << 62
         for pos, (r, n) in enumerate(order):
             req, c = r.req, r.c
             if n > 1 or c < req.prompt_tokens:
-                self.prefills.append((pos, r, n))
+                self.prefills.append(pos)
+                self.c0.append(-1)
                 continue
             self.decodes.append(r)
             self.c0.append(c)
+            self.phase[c % bs].append(pos)
             if r.target - req.output_tokens < left:
                 left = r.target - req.output_tokens
-            first = req.kv_blocks * bs - c
-            due = self.need_at.get(first)
-            if due is None:
-                self.need_at[first] = [r]
-            else:
-                due.append(r)
-            self.extend_at[(-(c + 1)) % bs].append((pos, r, c))
         #: fewest tokens a decode still has to sample
         self.left = left
-        self.C0 = sum(self.c0)
+        self.C0 = sum(c for c in self.c0 if c >= 0)
         self.last_s = 0.0
         self._plan: tuple[float, int, float, int] | None = None
 
@@ -82,9 +79,9 @@ class SteadyRun:
         for r in running:
             req, c = r.req, r.c
             if c >= req.prompt_tokens and c == req.prompt_tokens + req.output_tokens - 1:
-                if r.target - req.output_tokens < 2:
+                if r.target - req.output_tokens < 2 or req.kv_blocks != -(-c // bs):
                     return None
-                if req.kv_blocks * bs <= c:
+                if c % bs == 0:
                     need += 1
                 chunks.append(1)
                 continue
@@ -109,9 +106,10 @@ class SteadyRun:
     def plan(self) -> float | None:
         """The next step's duration, if it is the same batch again (no call ends its prefill, and
         the blocks it needs are free); None when the run must end before it."""
-        i = self.i
-        bs, need, P, A = self.bs, len(self.need_at.get(i, ())), 0, 0.0
-        for _, r, n in self.prefills:
+        i, bs, calls, chunks = self.i, self.bs, self.calls, self.chunks
+        need, P, A = len(self.phase[-i % bs]), 0, 0.0
+        for pos in self.prefills:
+            r, n = calls[pos], chunks[pos]
             c = r.c
             if c + n >= r.req.prompt_tokens:
                 return None
@@ -130,26 +128,24 @@ class SteadyRun:
         assert self._plan is not None, "SteadyRun.step without a plan"
         _, P, _, need = self._plan
         self._plan = None
-        i, bs, cache = self.i, self.bs, self.cache
+        i, bs, cache, calls, chunks, c0 = self.i, self.bs, self.cache, self.calls, self.chunks, self.c0
         if need:
             self.pool.take(need)
-        due = self.need_at.pop(i, None)
-        if due:
-            for r in due:
-                r.req.kv_blocks += 1
-            self.need_at.setdefault(i + bs, []).extend(due)
-        for _, r, n in self.prefills:
-            blocks = -(-(r.c + n) // bs) - r.req.kv_blocks
+        for pos in self.phase[-i % bs]:
+            calls[pos].req.kv_blocks += 1
+        for pos in self.prefills:
+            r = calls[pos]
+            blocks = -(-(r.c + chunks[pos]) // bs) - r.req.kv_blocks
             if blocks > 0:
                 r.req.kv_blocks += blocks
         # blocks completed, in scheduling order (prefills complete at least one a step)
-        work = sorted(self.extend_at[i % bs] + self.prefills, key=lambda x: x[0])
-        for _, r, c in work:
-            if r.c >= r.req.prompt_tokens:       # a decode: c is its position when the run began
+        for pos in sorted(self.phase[-(i + 1) % bs] + self.prefills):
+            c = c0[pos]
+            if c >= 0:
                 end = c + i + 1
-                cache.extend(r, end // bs - 1, end // bs)
+                cache.extend(calls[pos], end // bs - 1, end // bs)
             else:
-                self.runner.prefill(r, c)         # (c: the prefill's chunk)
+                self.runner.prefill(calls[pos], chunks[pos])
         D = len(self.decodes)
         counters = self.counters
         counters.steps += 1
@@ -167,7 +163,8 @@ class SteadyRun:
         run, in scheduling order, for the policy's `on_step`."""
         i = self.i
         tokens = i if sampled else i - 1
-        for r, c in zip(self.decodes, self.c0):
-            r.c = r.done_hi = c + i
-            r.req.output_tokens += tokens
+        for r, c in zip(self.calls, self.c0):
+            if c >= 0:
+                r.c = r.done_hi = c + i
+                r.req.output_tokens += tokens
         return [(r.req, n * i) for r, n in self.order]
