@@ -298,7 +298,8 @@ class Policy:
         priority`): request priority first (smaller first), then the ordering's key; a stock
         ordering is then exactly vLLM's priority order (`vllm_priority_key`)."""
         if not by_priority:
-            return sorted(requests, key=self.sort_key(now))
+            keys = self.keys(requests, now)
+            return [requests[i] for i in sorted(range(len(requests)), key=keys.__getitem__)]
         if self.ordering.stock:
             return sorted(requests, key=vllm_priority_key)
         key = self.sort_key(now)

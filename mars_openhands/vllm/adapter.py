@@ -364,14 +364,20 @@ class MarsSchedulerMixin(_SchedulerBase):
         return max(1, capped)
 
     def _allocate_slots(self, request: Request, num_new_tokens: int, *args: Any,
-                        **kwargs: Any):
-        """vLLM's allocation, then the policy's fallbacks: smaller chunks, then revoked pins."""
-        self._alloc_req = request
-        blocks = self._stock_allocate(request, num_new_tokens, *args, **kwargs)
+                        num_lookahead_tokens: int = 0, **kwargs: Any):
+        """vLLM's allocation, then the policy's fallbacks: smaller chunks, then revoked pins.
+
+        This runs for every request at every step: the common call (vLLM's running loop passes
+        only the lookahead) is forwarded without packing arguments it does not have."""
+        blocks = (self._stock_allocate(request, num_new_tokens, *args, num_lookahead_tokens=num_lookahead_tokens,
+                                       **kwargs) if args or kwargs
+                  else self._stock_allocate(request, num_new_tokens, num_lookahead_tokens=num_lookahead_tokens))
         if blocks is not None:                  # the common case: nothing to decide
             if self._shrunk:
                 self._shrunk.pop(request.request_id, None)
             return blocks
+        self._alloc_req = request               # (the victim is chosen from this request on)
+        kwargs["num_lookahead_tokens"] = num_lookahead_tokens
         # A decode (its draft or padding rows included) is never split: vLLM schedules it whole;
         # nor is a prefill when chunked prefill is off.
         known = (request.num_tokens - request.num_computed_tokens
@@ -467,7 +473,8 @@ class MarsSchedulerMixin(_SchedulerBase):
             if rec is None:
                 continue
             c, r = rec.core, requests[rid]
-            c.computed_tokens = min(r.num_computed_tokens, r.num_prompt_tokens)
+            computed, prompt = r.num_computed_tokens, r.num_prompt_tokens
+            c.computed_tokens = computed if computed < prompt else prompt
             scheduled.append((c, n))
             if n > 1:          # draft and padding rows of a decode are not prefill
                 known = n - len(spec[rid]) if spec and rid in spec else n
