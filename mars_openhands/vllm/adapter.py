@@ -369,15 +369,19 @@ class MarsSchedulerMixin(_SchedulerBase):
 
         This runs for every request at every step: the common call (vLLM's running loop passes
         only the lookahead) is forwarded without packing arguments it does not have."""
-        blocks = (self._stock_allocate(request, num_new_tokens, *args, num_lookahead_tokens=num_lookahead_tokens,
-                                       **kwargs) if args or kwargs
-                  else self._stock_allocate(request, num_new_tokens, num_lookahead_tokens=num_lookahead_tokens))
+        if args or kwargs:
+            if len(args) < 3:                   # (else it came by position, in `args`)
+                kwargs["num_lookahead_tokens"] = num_lookahead_tokens
+            blocks = self._stock_allocate(request, num_new_tokens, *args, **kwargs)
+        else:
+            blocks = self._stock_allocate(request, num_new_tokens, num_lookahead_tokens=num_lookahead_tokens)
         if blocks is not None:                  # the common case: nothing to decide
             if self._shrunk:
                 self._shrunk.pop(request.request_id, None)
             return blocks
         self._alloc_req = request               # (the victim is chosen from this request on)
-        kwargs["num_lookahead_tokens"] = num_lookahead_tokens
+        if len(args) < 3:
+            kwargs["num_lookahead_tokens"] = num_lookahead_tokens
         # A decode (its draft or padding rows included) is never split: vLLM schedules it whole;
         # nor is a prefill when chunked prefill is off.
         known = (request.num_tokens - request.num_computed_tokens
