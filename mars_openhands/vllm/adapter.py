@@ -476,10 +476,14 @@ class MarsSchedulerMixin(_SchedulerBase):
             rec = records.get(rid)
             if rec is None:
                 continue
-            c, r = rec.core, requests[rid]
+            c = rec.core
+            scheduled.append((c, n))
+            if (n == 1 and c.started and c.computed_tokens >= c.prompt_tokens and rec.resume_pin is None
+                    and rec.lost_on_preempt is None):
+                continue            # a decode whose view is as synced at its last step (the hot path)
+            r = requests[rid]
             computed, prompt = r.num_computed_tokens, r.num_prompt_tokens
             c.computed_tokens = computed if computed < prompt else prompt
-            scheduled.append((c, n))
             if n > 1:          # draft and padding rows of a decode are not prefill
                 known = n - len(spec[rid]) if spec and rid in spec else n
                 if known > 1:
