@@ -220,7 +220,7 @@ class Engine:
                 return True
         preemptions = self.counters.preemptions
         self._run_batch(scheduled.tokens)
-        if (self.steady and not scheduled.decode_only and not scheduled.admitted
+        if (self.steady and not scheduled.decode_only
                 and preemptions == self.counters.preemptions and len(sched.running) == len(scheduled.tokens)):
             self._start_steady()
         return True
