@@ -152,11 +152,14 @@ class DecodeRun:
         def span(k: int) -> float:
             return k * base + p.e * (k * C0 + D * k * (k - 1) / 2.0)
 
+        total = 0
         for r in running:
             need = -(-(r.c + m) // bs) - r.req.kv_blocks
             if need > 0:
-                pool.take(need)
+                total += need
                 r.req.kv_blocks += need
+        if total:                           # (from the queue's head in one go, as one by one)
+            pool.take(total)
         for r in running:                   # m steps scheduled, m - 1 of them already sampled
             c = r.c
             end = c + m
