@@ -24,6 +24,10 @@ simulated in one go and the policy gets one `on_step` with each request's tokens
 policy whose waiting order changes on its own (aging) is re-asked at least every `REORDER_S`
 while calls wait (`waiting.py`); for a static order (FCFS) the result equals single-stepping
 (tested).
+
+Steady-chunk fast-forward (`steady.SteadyRun`): steps in which every running call decodes or
+takes the chunk its policy promises at every step (MARS' bottom MLFQ level) are run without
+re-scheduling; the result equals single-stepping for every policy (tested, and the golden runs).
 """
 from __future__ import annotations
 
