@@ -230,7 +230,7 @@ class Engine:
         return True
 
     def _start_steady(self) -> None:
-        """After a step that served every running call and admitted none: a steady run from the
+        """After a step that served every running call and preempted none: a steady run from the
         next step on, if that step repeats this one (and will not try the waiting queue)."""
         if not self.scheduler.admits(1, self.now):
             self._steady = SteadyRun.start(self.p, self.pool, self.cache, self.counters, self.batch,
