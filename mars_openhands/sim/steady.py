@@ -29,14 +29,13 @@ from mars_openhands.sim.stats import Counters
 
 
 class SteadyRun:
-    __slots__ = ("p", "bs", "pool", "cache", "counters", "runner", "order", "calls", "chunks", "c0",
+    __slots__ = ("p", "bs", "pool", "cache", "counters", "runner", "calls", "chunks", "c0",
                  "prefills", "decodes", "phase", "i", "left", "C0", "budget", "last_s", "_plan")
 
     def __init__(self, p: Profile, pool: BlockPool, cache: SessionCache, counters: Counters,
                  runner: BatchRunner, order: list[tuple[SimRequest, int]], budget: int) -> None:
         bs = p.block_size
         self.p, self.bs, self.pool, self.cache, self.counters, self.runner = p, bs, pool, cache, counters, runner
-        self.order = order
         #: budget left after this batch: what the waiting queue would be offered
         self.budget = budget
         self.i = 0                          # steps run so far
@@ -66,7 +65,7 @@ class SteadyRun:
         self.left = left
         self.C0 = sum(c for c in self.c0 if c >= 0)
         self.last_s = 0.0
-        self._plan: tuple[float, int, float, int] | None = None
+        self._plan: tuple[int, int] | None = None    # the planned step's prefill tokens and blocks
 
     @classmethod
     def start(cls, p: Profile, pool: BlockPool, cache: SessionCache, counters: Counters,
@@ -120,13 +119,13 @@ class SteadyRun:
             return None
         D = len(self.decodes)
         dt = self.p.step_s(P, A, D, self.C0 + D * (i + 1))
-        self._plan = (dt, P, A, need)
+        self._plan = (P, need)
         return dt
 
     def step(self, now: float) -> int:
         """Run the planned step (started at `now`); returns its prefill tokens."""
         assert self._plan is not None, "SteadyRun.step without a plan"
-        _, P, _, need = self._plan
+        P, need = self._plan
         self._plan = None
         i, bs, cache, calls, chunks, c0 = self.i, self.bs, self.cache, self.calls, self.chunks, self.c0
         if need:
@@ -167,4 +166,4 @@ class SteadyRun:
             if c >= 0:
                 r.c = r.done_hi = c + i
                 r.req.output_tokens += tokens
-        return [(r.req, n * i) for r, n in self.order]
+        return [(r.req, n * i) for r, n in zip(self.calls, self.chunks)]
