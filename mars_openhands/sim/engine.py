@@ -214,6 +214,7 @@ class Engine:
                 self._run_steady_step(run, dt)
                 return True
             self._end_steady(now)
+        preemptions = self.counters.preemptions
         scheduled = sched.schedule(now)
         if scheduled is None:
             return False
@@ -222,7 +223,6 @@ class Engine:
             if m > 1:
                 self._run_decode_steps(m)
                 return True
-        preemptions = self.counters.preemptions
         self._run_batch(scheduled.tokens)
         if (self.steady and not scheduled.decode_only
                 and preemptions == self.counters.preemptions and len(sched.running) == len(scheduled.tokens)):
