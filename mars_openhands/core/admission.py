@@ -239,8 +239,8 @@ class LoadBalancer:
         self._admitted_new = 0
         self._admitted_wait_s = 0.0
         self._waits: deque[float] = deque(maxlen=TAIL_SAMPLE)   # the latest new sessions' admission waits
-        self._size_order: tuple[tuple[str, tuple[Session, ...]], list[Session]] | None = None
-        self._split: tuple[tuple[tuple[Session, ...], tuple[int, ...]], list[Session], list[Session]] | None = None
+        self._size_order: tuple[tuple[str, tuple[Session, ...]], list[Session], list[Session]] | None = None
+        self._split: tuple[tuple[tuple[Session, ...], tuple[int, ...]], list[Session], list[Session], int] | None = None
 
     def is_long(self, s: Session) -> bool:
         return s.turns_finished == 0 and s.first_prompt_tokens > self.config.long_prefill_tokens
@@ -310,20 +310,15 @@ class LoadBalancer:
         if (low_pressure and len(backlog) <= slots
                 and sum(blocks_for(s.prompt_tokens) for s in backlog) <= pressure.budget_blocks):
             self.mode = "fcfs"
-        else:
-            self.mode = "largest-first" if pressure.cpu_overloaded else "smallest-first"
-            new = self._by_size(new)
+            return resumed, new
+        self.mode = "largest-first" if pressure.cpu_overloaded else "smallest-first"
+        new, long = self._by_size(new)
         bar = self.overdue_bar_s()
-        if self.mode != "fcfs" and bar < math.inf:
-            # `is_overdue`, inlined (this runs over the whole backlog): every one here is new
-            overdue: list[Session] = []
-            rest: list[Session] = []
-            long_tokens = self.config.long_prefill_tokens
-            for s in new:
-                (overdue if s.first_prompt_tokens > long_tokens and now - s.first_arrival_s >= bar
-                 else rest).append(s)
-            if overdue:
-                new = sorted(overdue, key=_BY_ARRIVAL) + rest
+        # `is_overdue` over the long ones only (this runs over the whole backlog): all are new
+        overdue = [s for s in long if now - s.first_arrival_s >= bar] if bar < math.inf else None
+        if overdue:
+            late = set(map(id, overdue))
+            new = sorted(overdue, key=_BY_ARRIVAL) + [s for s in new if id(s) not in late]
         return resumed, new
 
     def _paused_and_new(self, backlog: Sequence[Session]) -> tuple[list[Session], list[Session]]:
@@ -331,23 +326,34 @@ class LoadBalancer:
         while the same sessions are parked with the same progress (as `_by_size`). Read-only."""
         key = (tuple(backlog), tuple(map(_FINISHED, backlog)))
         if self._split is None or self._split[0] != key:
-            self._split = (key, sorted((s for s in backlog if s.turns_finished), key=_BY_ARRIVAL),
-                           [s for s in backlog if not s.turns_finished])
+            paused = sorted((s for s in backlog if s.turns_finished), key=_BY_ARRIVAL)
+            # the lightest paused session's weight (`footprints`): a parked session's context and
+            # prompt change only with its progress, which is part of the key
+            lightest = min(map(max, map(_CONTEXT, paused), map(_PROMPT, paused)), default=0)
+            self._split = (key, paused, [s for s in backlog if not s.turns_finished], lightest)
         return self._split[1], self._split[2]
 
-    def _by_size(self, new: list[Session]) -> list[Session]:
-        """`new` in the mode's size order. A session's first prompt and arrival never change, so
-        the same sessions in the same backlog order sort the same: the last sort is reused (the
-        balancer runs whenever the limits move, mostly over an unchanged backlog)."""
+    def _lightest_paused(self) -> int:
+        """max(context, prompt) of the lightest paused session of the last `_paused_and_new`."""
+        assert self._split is not None
+        return self._split[3]
+
+    def _by_size(self, new: list[Session]) -> tuple[list[Session], list[Session]]:
+        """`new` in the mode's size order, and its long sessions in that order. A session's first
+        prompt and arrival never change, so the same sessions in the same backlog order sort the
+        same: the last sort is reused (the balancer runs whenever the limits move, mostly over an
+        unchanged backlog)."""
         key = (self.mode, tuple(new))
         if self._size_order is not None and self._size_order[0] == key:
-            return self._size_order[1]
+            return self._size_order[1], self._size_order[2]
         if self.mode == "largest-first":
             new = sorted(new, key=lambda s: (-s.first_prompt_tokens, s.first_arrival_s))
         else:
             new = sorted(new, key=_BY_SIZE)
-        self._size_order = (key, new)
-        return new
+        long_tokens = self.config.long_prefill_tokens
+        long = [s for s in new if s.first_prompt_tokens > long_tokens]
+        self._size_order = (key, new, long)
+        return new, long
 
     def select(self, backlog: Sequence[Session], slots: int, pressure: Pressure,
                ctx: PolicyContext, room_blocks: float = math.inf) -> list[Session]:
@@ -364,15 +370,16 @@ class LoadBalancer:
         budget = pressure.budget_blocks
         now = ctx.now
         resumed, new = self._order(backlog, slots, pressure, blocks_for, now)
-        footprint = footprints(ctx)
+        # (`footprints`, `blocks_for`, `is_long` and `is_overdue` inlined: the pass may run over
+        # hundreds of parked sessions at every tick)
+        growth, bs, long_tokens = round(ctx.turn_growth_tokens), ctx.kv.block_size, cfg.long_prefill_tokens
+        bar = self.overdue_bar_s()
         # Paused sessions are tried one by one; while the KV window binds not even the smallest
         # fits, and the pass goes straight to the new ones (the backlog holds hundreds). A
         # footprint grows with max(context, prompt): the smallest is the lightest session's.
         candidates = new
-        if resumed:
-            weights = list(map(max, map(_CONTEXT, resumed), map(_PROMPT, resumed)))
-            if footprint(resumed[weights.index(min(weights))]) <= room_blocks:
-                candidates = resumed + new
+        if resumed and -(-(self._lightest_paused() + growth) // bs) <= room_blocks:
+            candidates = resumed + new
         sorted_by_size = self.mode == "smallest-first"
         short_waited = next((now - s.first_arrival_s for s in backlog
                              if not s.turns_finished and not self.is_long(s)), 0.0)
@@ -382,13 +389,15 @@ class LoadBalancer:
         for s in candidates:
             if len(chosen) >= slots:
                 break
-            long = self.is_long(s)
-            overdue = long and self.is_overdue(s, now)
+            fresh = not s.turns_finished
+            long = fresh and s.first_prompt_tokens > long_tokens
+            overdue = long and now - s.first_arrival_s >= bar
             if long and (long_room <= 0 or not (short_gate_open or overdue)):
                 continue
-            cost, fp = blocks_for(s.prompt_tokens), footprint(s)
+            c, p = s.context_tokens, s.prompt_tokens
+            cost, fp = -(-p // bs), -(-((c if c > p else p) + growth) // bs)
             if cost > budget or fp > room_blocks:
-                if sorted_by_size and not s.turns_finished and not overdue:
+                if sorted_by_size and fresh and not overdue:
                     break          # (overdue ones come first, out of size order)
                 continue
             chosen.append(s)

@@ -33,7 +33,7 @@ class SteadyRun:
                  "prefills", "decodes", "phase", "i", "left", "C0", "budget", "last_s", "_plan")
 
     def __init__(self, p: Profile, pool: BlockPool, cache: SessionCache, counters: Counters,
-                 runner: BatchRunner, order: list[tuple[SimRequest, int]], budget: int) -> None:
+                 runner: BatchRunner, calls: list[SimRequest], chunks: list[int], left: int, budget: int) -> None:
         bs = p.block_size
         self.p, self.bs, self.pool, self.cache, self.counters, self.runner = p, bs, pool, cache, counters, runner
         #: budget left after this batch: what the waiting queue would be offered
@@ -41,29 +41,28 @@ class SteadyRun:
         self.i = 0                          # steps run so far
         # by scheduling position: the call, its tokens a step, a decode's position when the run
         # began (-1 for a prefill)
-        self.calls = [r for r, _ in order]
-        self.chunks = [n for _, n in order]
+        self.calls, self.chunks = calls, chunks
         self.c0: list[int] = []
         self.prefills: list[int] = []       # positions of the prefills
         self.decodes: list[SimRequest] = []
         #: c0 % bs -> positions of the decodes at that phase: each needs a block when its position
         #: is a multiple of `bs` (its blocks hold exactly its tokens) and completes one a step earlier
         self.phase: list[list[int]] = [[] for _ in range(bs)]
-        left = 1 << 62
-        for pos, (r, n) in enumerate(order):
-            req, c = r.req, r.c
-            if n > 1 or c < req.prompt_tokens:
-                self.prefills.append(pos)
-                self.c0.append(-1)
+        C0 = 0
+        c0, prefills, decodes, phase = self.c0, self.prefills, self.decodes, self.phase
+        for pos, r in enumerate(calls):
+            c = r.c
+            if chunks[pos] > 1 or c < r.req.prompt_tokens:
+                prefills.append(pos)
+                c0.append(-1)
                 continue
-            self.decodes.append(r)
-            self.c0.append(c)
-            self.phase[c % bs].append(pos)
-            if r.target - req.output_tokens < left:
-                left = r.target - req.output_tokens
+            decodes.append(r)
+            c0.append(c)
+            phase[c % bs].append(pos)
+            C0 += c
         #: fewest tokens a decode still has to sample
         self.left = left
-        self.C0 = sum(c for c in self.c0 if c >= 0)
+        self.C0 = C0
         self.last_s = 0.0
         self._plan: tuple[int, int] | None = None    # the planned step's prefill tokens and blocks
 
@@ -73,19 +72,23 @@ class SteadyRun:
         """A run from the next step on, if every running call decodes or takes its steady chunk
         within the step's token budget, and the next step is one (nobody finishes, the blocks are
         free); None otherwise. `running` was all served this step."""
-        budget, bs, prefills, need = p.max_num_batched_tokens, p.block_size, 0, 0
+        budget, bs, prefills, need, left = p.max_num_batched_tokens, p.block_size, 0, 0, 1 << 62
         chunks: list[int] = []
         for r in running:
             req, c = r.req, r.c
-            if c >= req.prompt_tokens and c == req.prompt_tokens + req.output_tokens - 1:
-                if r.target - req.output_tokens < 2 or req.kv_blocks != -(-c // bs):
+            pt = req.prompt_tokens
+            if c >= pt and c == pt + req.output_tokens - 1:
+                k = r.target - req.output_tokens
+                if k < 2 or req.kv_blocks != -(-c // bs):
                     return None
+                if k < left:
+                    left = k
                 if c % bs == 0:
                     need += 1
                 chunks.append(1)
                 continue
             q = policy.steady_chunk(req)
-            if q is None or c + q >= req.prompt_tokens:
+            if q is None or c + q >= pt:
                 return None
             need += -(-(c + q) // bs) - req.kv_blocks
             chunks.append(q)
@@ -95,7 +98,8 @@ class SteadyRun:
             return None
         keys = policy.keys([r.req for r in running], now)
         idx = sorted(range(len(running)), key=keys.__getitem__)
-        return cls(p, pool, cache, counters, runner, [(running[i], chunks[i]) for i in idx], budget)
+        return cls(p, pool, cache, counters, runner, [running[i] for i in idx], [chunks[i] for i in idx],
+                   left, budget)
 
     @property
     def last_step(self) -> bool:
