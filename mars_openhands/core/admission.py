@@ -536,23 +536,26 @@ class AimdAdmission(Admission):
         # session gate), so a pass that admitted nobody admits nobody again until the backlog, the
         # working set, the measured turn growth (footprints), the known sessions (long ones in
         # flight) or the tick changes: skip it (the balancer is O(backlog log backlog)).
-        state = (self._ticks, len(backlog), len(ws.sessions), ws.blocks, self._pending_blocks,
-                 ctx.turn_growth_tokens, len(ctx.sessions))
-        if slots > 0 and state != self._fruitless:
-            view = p.with_budget(p.budget_blocks - self._pending_blocks)
-            chosen = self.balancer.select(backlog, slots, view, ctx, self._kv_room())
-            self._fruitless = None if chosen else state
-        if not chosen and self._engine_idle:
-            # Nothing admitted was in the engine at the last tick: admitting cannot crowd anyone
-            # out, idling can (checked once a tick: the engine idles at most one control period).
-            chosen = self.balancer.order(backlog, 1, p, ctx.kv.blocks_for, ctx.now)[:1]
-            self.idle_admits += 1
-        elif not chosen and self._tail_pass and slots <= 0 and self.cpu_cap is not None and self.cpu_cap < self.window:
-            # The tool plane's cap, not the window, holds the backlog: once a tick, a session
-            # every later one has passed goes in (`_overdue_head`).
-            chosen = self._overdue_head(backlog, ctx)
+        if slots > 0:
+            state = (self._ticks, len(backlog), len(ws.sessions), ws.blocks, self._pending_blocks,
+                     ctx.turn_growth_tokens, len(ctx.sessions))
+            if state != self._fruitless:
+                view = p.with_budget(p.budget_blocks - self._pending_blocks)
+                chosen = self.balancer.select(backlog, slots, view, ctx, self._kv_room())
+                self._fruitless = None if chosen else state
+        if not chosen:
+            if self._engine_idle:
+                # Nothing admitted was in the engine at the last tick: admitting cannot crowd anyone
+                # out, idling can (checked once a tick: the engine idles at most one control period).
+                chosen = self.balancer.order(backlog, 1, p, ctx.kv.blocks_for, ctx.now)[:1]
+                self.idle_admits += 1
+            elif self._tail_pass and slots <= 0 and self.cpu_cap is not None and self.cpu_cap < self.window:
+                # The tool plane's cap, not the window, holds the backlog: once a tick, a session
+                # every later one has passed goes in (`_overdue_head`).
+                chosen = self._overdue_head(backlog, ctx)
         self._engine_idle = self._tail_pass = False
-        self._admitted(chosen, ctx)
+        if chosen:
+            self._admitted(chosen, ctx)
         return chosen
 
     def _kv_room(self) -> float:
