@@ -263,9 +263,6 @@ class LoadBalancer:
         reads)."""
         return max(self._waits) if len(self._waits) == TAIL_SAMPLE else math.inf
 
-    def is_overdue(self, s: Session, now: float) -> bool:
-        return self.is_long(s) and now - s.first_arrival_s >= self.overdue_bar_s()
-
     def arrival_rate(self) -> float | None:
         """Sessions per second seen so far (None until two arrivals span some time)."""
         span = self._last_arrival - self._first_arrival
@@ -314,7 +311,7 @@ class LoadBalancer:
         self.mode = "largest-first" if pressure.cpu_overloaded else "smallest-first"
         new, long = self._by_size(new)
         bar = self.overdue_bar_s()
-        # `is_overdue` over the long ones only (this runs over the whole backlog): all are new
+        # overdue: long and waited past the bar; only the long ones can be (all here are new)
         overdue = [s for s in long if now - s.first_arrival_s >= bar] if bar < math.inf else None
         if overdue:
             late = set(map(id, overdue))
@@ -370,7 +367,7 @@ class LoadBalancer:
         budget = pressure.budget_blocks
         now = ctx.now
         resumed, new = self._order(backlog, slots, pressure, blocks_for, now)
-        # (`footprints`, `blocks_for`, `is_long` and `is_overdue` inlined: the pass may run over
+        # (`footprints`, `blocks_for`, `is_long` and the overdue test inlined: the pass may run over
         # hundreds of parked sessions at every tick)
         growth, bs, long_tokens = round(ctx.turn_growth_tokens), ctx.kv.block_size, cfg.long_prefill_tokens
         bar = self.overdue_bar_s()
