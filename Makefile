@@ -25,7 +25,7 @@ help:
 	@echo "make test         the default test run (the README's test command): lint, then the tests"
 	@echo "make lint         ruff and mypy (strict on the policy core; settings in pyproject.toml)"
 	@echo "make test-slow    the slow suites"
-	@echo "make bench-sim    simulator speed benchmark (1,000 sessions, one policy)"
+	@echo "make bench-sim    simulator speed benchmark (1,000 sessions, every policy)"
 	@echo "make bench-matrix every policy on the workload x host matrix in the simulator (BENCH_MATRIX_ARGS=--quick: ~12 cells)"
 	@echo "make bench-engine real vLLM engine replay, every policy (small model, scarce KV; BENCH_ENGINE_ARGS)"
 	@echo "make swebench-dataset  check the bundled SWE-bench task repo and compile it to parquet (offline)"

@@ -65,8 +65,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:<22}{cpu:>8.1f}{max(cpus):>8.1f}{min(walls):>8.1f}{calls / cpu:>9.0f}"
               f"{s['mean_e2e_s']:>12.1f}{s['p95_e2e_s']:>11.1f}{s['makespan_s']:>12.1f}"
               f"{s['preemptions']:>9}", flush=True)
-        if cpu > POLICY_TARGET_S.get(name, TARGET_S):
-            slow.append(f"{name} ({POLICY_TARGET_S.get(name, TARGET_S):.0f} s)")
+        target = POLICY_TARGET_S.get(name, TARGET_S)
+        if cpu > target:
+            slow.append(f"{name} ({target:.0f} s)")
     if slow:
         print(f"over target: {', '.join(slow)}")
     return 0
