@@ -226,11 +226,17 @@ class LoadBalancer:
     admitted so far is *overdue*: it goes first (arrival order, after paused sessions) and passes
     the short-wait gate; the KV checks and the 2-in-flight cap still apply. No constant: the bar is
     what a new session measurably waits here.
+
+    `pressure_aware=False` (`mars-no-balancer`) keeps only the first rule: the rest of the backlog
+    in arrival order, no session long.
     """
 
-    def __init__(self, config: AimdConfig = AimdConfig()) -> None:
+    def __init__(self, config: AimdConfig = AimdConfig(), *, pressure_aware: bool = True) -> None:
         self.config = config
-        self.mode = "idle"
+        #: Off (an ablation): arrival order, paused sessions first, and no long-session gate.
+        self.pressure_aware = pressure_aware
+        self._long_tokens = config.long_prefill_tokens if pressure_aware else math.inf
+        self.mode = "idle" if pressure_aware else "fcfs"
         self.long_sessions: set[str] = set()
         self._at_last: set[str] = set()     # sessions counted at the latest arrival time
         self._arrivals = 0
@@ -243,7 +249,7 @@ class LoadBalancer:
         self._split: tuple[tuple[tuple[Session, ...], tuple[int, ...]], list[Session], list[Session], int] | None = None
 
     def is_long(self, s: Session) -> bool:
-        return s.turns_finished == 0 and s.first_prompt_tokens > self.config.long_prefill_tokens
+        return s.turns_finished == 0 and s.first_prompt_tokens > self._long_tokens
 
     def admitted(self, chosen: Sequence[Session], now: float) -> None:
         """Count the admission wait of the new sessions in `chosen` (the overdue bar)."""
@@ -302,6 +308,8 @@ class LoadBalancer:
                blocks_for: Callable[[int], int], now: float) -> tuple[list[Session], list[Session]]:
         """`order`, as (paused sessions, the new ones after them)."""
         resumed, new = self._paused_and_new(backlog)
+        if not self.pressure_aware:
+            return resumed, new
         low_pressure = (not pressure.cpu_overloaded and not pressure.kv_overloaded
                         and pressure.cpu_healthy and pressure.kv_usage <= self.config.kv_low)
         if (low_pressure and len(backlog) <= slots
@@ -347,8 +355,7 @@ class LoadBalancer:
             new = sorted(new, key=lambda s: (-s.first_prompt_tokens, s.first_arrival_s))
         else:
             new = sorted(new, key=_BY_SIZE)
-        long_tokens = self.config.long_prefill_tokens
-        long = [s for s in new if s.first_prompt_tokens > long_tokens]
+        long = [s for s in new if s.first_prompt_tokens > self._long_tokens]
         self._size_order = (key, new, long)
         return new, long
 
@@ -369,7 +376,7 @@ class LoadBalancer:
         resumed, new = self._order(backlog, slots, pressure, blocks_for, now)
         # (`footprints`, `blocks_for`, `is_long` and the overdue test inlined: the pass may run over
         # hundreds of parked sessions at every tick)
-        growth, bs, long_tokens = round(ctx.turn_growth_tokens), ctx.kv.block_size, cfg.long_prefill_tokens
+        growth, bs, long_tokens = round(ctx.turn_growth_tokens), ctx.kv.block_size, self._long_tokens
         bar = self.overdue_bar_s()
         # Paused sessions are tried one by one; while the KV window binds not even the smallest
         # fits, and the pass goes straight to the new ones (the backlog holds hundreds). A

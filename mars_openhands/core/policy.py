@@ -139,6 +139,8 @@ class Policy:
         s.prompt_tokens = req.prompt_tokens
         s.in_tool = None
         self.ordering.on_arrival(req, ctx)
+        if self.admission is not None:
+            self.admission.on_arrival(req, ctx)
         if not s.admitted and (self.admission is None or moved_here):
             self._mark_admitted(s, now)
             if moved_here and self.admission is not None:
@@ -413,6 +415,8 @@ class Policy:
         s.context_tokens = req.context_tokens
         s.last_turn_finished_s = now
         self.ordering.on_finished(req, ctx)
+        if self.admission is not None:
+            self.admission.on_finished(req, ctx)
         if req.sessionless:
             decision.release.extend(self._end_session(s))
             return decision

@@ -18,12 +18,19 @@ what their deployment needs (e.g. the OpenHands runs' AIMD window 2 / 8 / 8) wit
 | mars-no-admission     | MLFQ + aging      | to room  | (level, blocks, arr.)  | priced    | none      |
 | mars-no-retention     | MLFQ + aging      | to room  | (level, blocks, arr.)  | none      | AIMD + LB |
 | mars-no-chunk-shrink  | MLFQ + aging      | none     | (level, blocks, arr.)  | priced    | AIMD + LB |
+| mars-no-windows       | MLFQ + aging      | to room  | (level, blocks, arr.)  | priced    | programs  |
+| mars-no-balancer      | MLFQ + aging      | to room  | (level, blocks, arr.)  | priced    | AIMD, FCFS|
 | thunderagent          | request FCFS      | none     | newest                 | none      | programs  |
 
-`mars-no-priority` removes the whole internal priority coordinator (MLFQ order, quanta, the
-level-based victim and the active window), keeping admission, chunk shrinking and retention.
 `thunderagent` is stock vLLM behind ThunderAgent's program queue (`thunderagent.py`): token-budget
-admission and pause / resume of whole programs at call boundaries.
+admission and pause / resume of whole programs at call boundaries. MARS is that plus five
+additions, and each `mars-no-*` removes one: `mars-no-priority` the internal priority coordinator
+(MLFQ order, quanta, the level-based victim and the active window), `mars-no-retention` priced
+pins, `mars-no-chunk-shrink` chunk shrinking, `mars-no-windows` the AIMD and KV windows (the
+program queue admits and pauses instead; the balancer goes with the windows it fills) and
+`mars-no-balancer` the pressure-aware order (arrival order instead). With all five removed `_mars`
+builds `thunderagent`. `mars-no-admission` (the paper's ablation) drops the control plane
+altogether, program queue included.
 """
 from __future__ import annotations
 
@@ -32,7 +39,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from mars_openhands.core.admission import AimdAdmission, AimdConfig
+from mars_openhands.core.admission import AimdAdmission, AimdConfig, LoadBalancer
 from mars_openhands.core.chunking import NoShrink, ShrinkToRoom
 from mars_openhands.core.context import PolicyContext
 from mars_openhands.core.continuum import ContinuumConfig, DynamicTtlRetention, FixedTtlRetention
@@ -49,12 +56,7 @@ from mars_openhands.core.policy import Policy
 from mars_openhands.core.priced import PricedConfig, PricedRetention
 from mars_openhands.core.retention import MinWasteConfig, MinWasteRetention, NoRetention
 from mars_openhands.core.strategies import Admission, ChunkSizer, Ordering, Retention, VictimSelector
-from mars_openhands.core.thunderagent import (
-    ProgramTable,
-    ThunderAgentAdmission,
-    ThunderAgentConfig,
-    ThunderAgentOrdering,
-)
+from mars_openhands.core.thunderagent import ThunderAgentAdmission, ThunderAgentConfig
 from mars_openhands.core.victim import ContinuumVictim, LevelBlocksArrivalVictim, NewestVictim
 
 
@@ -139,27 +141,29 @@ def _continuum_dy(shape: EngineShape, cfg: PolicyConfig) -> Policy:
                    DynamicTtlRetention(cfg.continuum), None)
 
 
-def _thunderagent(shape: EngineShape, cfg: PolicyConfig) -> Policy:
-    table = ProgramTable(cfg.thunderagent)
-    return _policy("thunderagent", shape, cfg, ThunderAgentOrdering(table), NoShrink(), NewestVictim(),
-                   NoRetention(), ThunderAgentAdmission(table))
-
-
 def _mars(name: str, *, priority: bool = True, admission: bool = True, retention: bool = True,
-          chunk_shrink: bool = True) -> Callable[[EngineShape, PolicyConfig], Policy]:
+          chunk_shrink: bool = True, windows: bool = True, balancer: bool = True
+          ) -> Callable[[EngineShape, PolicyConfig], Policy]:
+    """MARS as ThunderAgent plus its additions, each a flag; with none, it is ThunderAgent
+    (docs/policies.md#mars-and-thunderagent). `admission=False` drops the control plane
+    altogether, ThunderAgent's program queue with it."""
     def build(shape: EngineShape, cfg: PolicyConfig) -> Policy:
         aimd = cfg.aimd
         ordering: Ordering
         victim: VictimSelector
+        control: Admission | None = None
         if priority:
             window = cfg.mlfq.max_active if cfg.mlfq.max_active is not None else aimd.w_max
             mlfq = MlfqOrdering(dataclasses.replace(cfg.mlfq, max_active=window))
             ordering, victim = mlfq, LevelBlocksArrivalVictim(mlfq.base_level, spare_decode=True)
         else:
             ordering, victim = FcfsOrdering(), NewestVictim()
+        if admission and windows:
+            control = AimdAdmission(aimd, LoadBalancer(aimd, pressure_aware=balancer))
+        elif admission:
+            control = ThunderAgentAdmission(cfg.thunderagent)
         return _policy(name, shape, cfg, ordering, ShrinkToRoom() if chunk_shrink else NoShrink(),
-                       victim, PricedRetention(cfg.priced) if retention else NoRetention(),
-                       AimdAdmission(aimd) if admission else None)
+                       victim, PricedRetention(cfg.priced) if retention else NoRetention(), control)
     return build
 
 
@@ -174,7 +178,11 @@ POLICIES: dict[str, Callable[[EngineShape, PolicyConfig], Policy]] = {
     "mars-no-admission": _mars("mars-no-admission", admission=False),
     "mars-no-retention": _mars("mars-no-retention", retention=False),
     "mars-no-chunk-shrink": _mars("mars-no-chunk-shrink", chunk_shrink=False),
-    "thunderagent": _thunderagent,
+    "mars-no-windows": _mars("mars-no-windows", windows=False),
+    "mars-no-balancer": _mars("mars-no-balancer", balancer=False),
+    # ThunderAgent is MARS with none of its additions.
+    "thunderagent": _mars("thunderagent", priority=False, retention=False, chunk_shrink=False,
+                          windows=False),
 }
 
 

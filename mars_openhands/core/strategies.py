@@ -123,6 +123,13 @@ class Admission(ABC):
     #: Sessions the rule lets in at once right now (telemetry); None: the rule has no such window.
     window: int | None = None
 
+    def on_arrival(self, req: Request, ctx: PolicyContext) -> None:
+        """A call reached the policy, before it is admitted or parked (a proxy in front of the
+        engine sees every call; ThunderAgent counts its program's tokens from it)."""
+
+    def on_finished(self, req: Request, ctx: PolicyContext) -> None:
+        """A call finished, before `suspend` is asked about its session."""
+
     def tick(self, ctx: PolicyContext) -> None:
         """Re-evaluate pressure and the window from ctx.kv / ctx.cpu."""
 

@@ -31,7 +31,6 @@ from dataclasses import dataclass
 
 from mars_openhands.core.context import PolicyContext
 from mars_openhands.core.model import Request, Session
-from mars_openhands.core.ordering import FcfsOrdering
 from mars_openhands.core.strategies import Admission, Stats
 
 
@@ -153,28 +152,22 @@ class ProgramTable:
             self.released.append(p)
 
 
-class ThunderAgentOrdering(FcfsOrdering):
-    """Stock vLLM inside the engine (request FCFS); the proxy sees each call arrive and finish."""
+class ThunderAgentAdmission(Admission):
+    """ThunderAgent's program queue: token-budget admission, periodic resume, then pause. In front
+    of stock vLLM (request FCFS): the proxy sees each call arrive and finish."""
 
-    def __init__(self, table: ProgramTable) -> None:
-        self.table = table
+    def __init__(self, config: ThunderAgentConfig = ThunderAgentConfig()) -> None:
+        self.table = ProgramTable(config)
+        self.config = config
+        self.interval_s = config.interval_s
+        self.counters = {"paused": 0, "marked": 0, "resumed": 0, "forced": 0, "queued_new": 0}
+        self._remaining: int | None = None
 
     def on_arrival(self, req: Request, ctx: PolicyContext) -> None:
         self.table.on_call(req, ctx)
 
     def on_finished(self, req: Request, ctx: PolicyContext) -> None:
         self.table.on_call_finished(req, ctx)
-
-
-class ThunderAgentAdmission(Admission):
-    """ThunderAgent's program queue: token-budget admission, periodic resume, then pause."""
-
-    def __init__(self, table: ProgramTable) -> None:
-        self.table = table
-        self.config = table.config
-        self.interval_s = table.config.interval_s
-        self.counters = {"paused": 0, "marked": 0, "resumed": 0, "forced": 0, "queued_new": 0}
-        self._remaining: int | None = None
 
     def tick(self, ctx: PolicyContext) -> None:
         table = self.table

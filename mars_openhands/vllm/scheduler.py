@@ -117,6 +117,26 @@ class MarsNoChunkShrinkAsyncScheduler(MarsSchedulerMixin, AsyncScheduler):
     POLICY = "mars-no-chunk-shrink"
 
 
+class MarsNoWindowsScheduler(MarsSchedulerMixin, Scheduler):
+    """vLLM Scheduler driven by the "mars-no-windows" policy."""
+    POLICY = "mars-no-windows"
+
+
+class MarsNoWindowsAsyncScheduler(MarsSchedulerMixin, AsyncScheduler):
+    """vLLM AsyncScheduler driven by the "mars-no-windows" policy."""
+    POLICY = "mars-no-windows"
+
+
+class MarsNoBalancerScheduler(MarsSchedulerMixin, Scheduler):
+    """vLLM Scheduler driven by the "mars-no-balancer" policy."""
+    POLICY = "mars-no-balancer"
+
+
+class MarsNoBalancerAsyncScheduler(MarsSchedulerMixin, AsyncScheduler):
+    """vLLM AsyncScheduler driven by the "mars-no-balancer" policy."""
+    POLICY = "mars-no-balancer"
+
+
 class ThunderagentScheduler(MarsSchedulerMixin, Scheduler):
     """vLLM Scheduler driven by the "thunderagent" policy."""
     POLICY = "thunderagent"

@@ -461,6 +461,21 @@ def test_suspended_sessions_resume_before_new_ones():
     assert ids(lb.select([new, old], 1, Pressure(budget_blocks=9000), ctx)) == ["old"]
 
 
+def test_without_pressure_awareness_the_backlog_goes_in_arrival_order_and_no_session_is_long():
+    """`mars-no-balancer`: paused sessions first, then arrival order, whatever the pressure; a
+    60k-token first prompt is not held behind short ones."""
+    lb, ctx = LoadBalancer(pressure_aware=False), ctx_with(total=100_000, free=100_000)
+    ctx.now = 10.0
+    backlog = sessions(9000, 60_000, 1000, 5000) + [
+        Session("paused", 8.0, 100, prompt_tokens=2000, turns=3, turns_finished=2)]
+    for hot in (Pressure(cpu_overloaded=True, cpu_healthy=False, budget_blocks=90_000),
+                Pressure(kv_usage=0.88, budget_blocks=90_000)):
+        assert ids(lb.select(backlog, 3, hot, ctx)) == ["paused", "s0", "s1"] and lb.mode == "fcfs"
+    assert not lb.is_long(backlog[1]) and LoadBalancer().is_long(backlog[1])
+    # the KV budget still binds, in arrival order (no size order to end the pass early)
+    assert ids(lb.select(backlog, 5, Pressure(budget_blocks=800), ctx)) == ["paused", "s0", "s2"]
+
+
 def test_an_idle_engine_admits_the_head_within_one_control_period_whatever_the_windows():
     p = mars(total=1000, w_init=4)
     req, _ = arrive(p, "big", 0, 20_000, 0.0)                        # larger than the whole cache

@@ -10,7 +10,7 @@ from mars_openhands.core.continuum import DynamicTtlRetention, FixedTtlRetention
 from mars_openhands.core.ordering import FcfsOrdering, MlfqOrdering, PlasOrdering, ProgramFcfsOrdering
 from mars_openhands.core.priced import PricedRetention
 from mars_openhands.core.retention import MinWasteRetention, NoRetention
-from mars_openhands.core.thunderagent import ThunderAgentAdmission, ThunderAgentOrdering
+from mars_openhands.core.thunderagent import ThunderAgentAdmission
 from mars_openhands.core.victim import ContinuumVictim, LevelBlocksArrivalVictim, NewestVictim
 
 SHAPE = EngineShape(total_blocks=1000, block_size=16, tool_workers=4)
@@ -27,7 +27,10 @@ EXPECTED = {
     "mars-no-retention": (MlfqOrdering, ShrinkToRoom, LevelBlocksArrivalVictim, NoRetention,
                           AimdAdmission),
     "mars-no-chunk-shrink": (MlfqOrdering, NoShrink, LevelBlocksArrivalVictim, PricedRetention, AimdAdmission),
-    "thunderagent": (ThunderAgentOrdering, NoShrink, NewestVictim, NoRetention, ThunderAgentAdmission),
+    "mars-no-windows": (MlfqOrdering, ShrinkToRoom, LevelBlocksArrivalVictim, PricedRetention,
+                        ThunderAgentAdmission),
+    "mars-no-balancer": (MlfqOrdering, ShrinkToRoom, LevelBlocksArrivalVictim, PricedRetention, AimdAdmission),
+    "thunderagent": (FcfsOrdering, NoShrink, NewestVictim, NoRetention, ThunderAgentAdmission),
 }
 
 
@@ -68,3 +71,30 @@ def test_bad_names_and_settings_are_named_in_the_error():
         PolicyConfig().with_overrides({"aimd": 3})
     with pytest.raises(ValueError, match="EngineShape.block_size"):
         EngineShape(100, 0, 4)
+
+
+#: Each `mars-no-*` that removes one of MARS' additions to ThunderAgent, and the roles it touches.
+ADDITIONS = {"mars-no-priority": ("ordering", "victim"), "mars-no-retention": ("retention",),
+             "mars-no-chunk-shrink": ("chunking",), "mars-no-windows": ("admission",),
+             "mars-no-balancer": ("admission",)}
+ROLES = ("ordering", "chunking", "victim", "retention", "admission")
+
+
+def test_mars_is_thunderagent_plus_additions_each_removed_by_one_ablation():
+    """Every role of MARS is ThunderAgent's or one of the additions; each ablation changes only its
+    addition's roles, back to ThunderAgent's strategy (the balancer: to arrival order)."""
+    mars, ta = build_policy("mars", SHAPE), build_policy("thunderagent", SHAPE)
+    for name, roles in ADDITIONS.items():
+        p = build_policy(name, SHAPE)
+        for role in ROLES:
+            got, full = type(getattr(p, role)), type(getattr(mars, role))
+            if role not in roles:
+                assert got is full, (name, role)
+            elif name == "mars-no-balancer":
+                assert got is full and p.admission.balancer.pressure_aware is False
+            else:
+                assert got is type(getattr(ta, role)) and got is not full, (name, role)
+    assert mars.admission.balancer.pressure_aware is True
+    # the additions cover every role in which MARS differs from ThunderAgent
+    assert {r for roles in ADDITIONS.values() for r in roles} == {
+        r for r in ROLES if type(getattr(mars, r)) is not type(getattr(ta, r))}

@@ -80,7 +80,7 @@ def test_composition_is_stock_vllm_behind_the_program_queue():
     assert isinstance(p.ordering, FcfsOrdering) and p.max_active is None
     assert type(p.chunking) is NoShrink and type(p.victim) is NewestVictim
     assert type(p.retention) is NoRetention and type(p.admission) is ThunderAgentAdmission
-    assert p.admission.interval_s == 5.0 and p.ordering.table is p.admission.table
+    assert p.admission.interval_s == 5.0 and type(p.ordering) is FcfsOrdering
 
 
 def test_budget_counts_prompt_while_reasoning_context_while_acting_and_100_per_program():
