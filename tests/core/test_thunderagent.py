@@ -77,10 +77,10 @@ def test_constants_are_thunderagents_defaults_and_bad_ones_are_named():
 
 def test_composition_is_stock_vllm_behind_the_program_queue():
     p = build_policy("thunderagent", EngineShape(100, 10, 4))
-    assert isinstance(p.ordering, FcfsOrdering) and p.max_active is None
+    assert type(p.ordering) is FcfsOrdering and p.max_active is None
     assert type(p.chunking) is NoShrink and type(p.victim) is NewestVictim
     assert type(p.retention) is NoRetention and type(p.admission) is ThunderAgentAdmission
-    assert p.admission.interval_s == 5.0 and type(p.ordering) is FcfsOrdering
+    assert p.admission.interval_s == 5.0
 
 
 def test_budget_counts_prompt_while_reasoning_context_while_acting_and_100_per_program():
