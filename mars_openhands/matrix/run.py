@@ -20,6 +20,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,12 +28,14 @@ from mars_openhands.core.registry import policy_names
 from mars_openhands.events import Event, PrefillStarted, ToolFinished, TurnSubmitted
 from mars_openhands.matrix import report
 from mars_openhands.matrix.bound import BOUND, clairvoyant_policy
-from mars_openhands.matrix.capacity import host_capacity
+from mars_openhands.matrix.capacity import Capacity, host_capacity
 from mars_openhands.matrix.grid import Cell, Grid, GridError, builtin_grid, load_grid, with_profile
 from mars_openhands.metrics import ideal_mean_e2e, summarize
 from mars_openhands.sim.profile_file import resolve_profile
+from mars_openhands.sim.profiles import Profile
 from mars_openhands.sim.runner import run_simulation
 from mars_openhands.workload.families import family_sessions
+from mars_openhands.workload.trace import SessionTrace
 
 PROG = "mars-openhands bench-matrix"
 
@@ -57,15 +60,32 @@ class _Waits:
             self.tool_s += e.queue_wait_s
 
 
-def run_cell(cell: Cell, profile_name: str, policies: Sequence[str]) -> dict[str, Any]:
-    """Every policy on the cell's trace -> the cell's matrix.json entry."""
-    profile = resolve_profile(profile_name)
+@dataclass(frozen=True, slots=True)
+class CellWorkload:
+    """A cell's trace and engine: `rate` is the load factor x the reference host's capacity."""
+
+    sessions: list[SessionTrace]
+    kv_blocks: int
+    rate: float
+    reference: Capacity
+    own: Capacity
+
+
+def cell_workload(cell: Cell, profile: Profile) -> CellWorkload:
     unit = family_sessions(cell.family, cell.sessions, rate=1.0, seed=cell.seed)
     ref = host_capacity(unit, profile, tool_workers=profile.tool_workers, kv_blocks=profile.kv_blocks)
     kv_blocks = max(1, round(profile.kv_blocks * cell.kv_multiplier))
     own = host_capacity(unit, profile, tool_workers=cell.tool_workers, kv_blocks=kv_blocks)
     rate = cell.load_factor * ref.sps
-    sessions = family_sessions(cell.family, cell.sessions, rate=rate, seed=cell.seed)
+    return CellWorkload(family_sessions(cell.family, cell.sessions, rate=rate, seed=cell.seed),
+                        kv_blocks, rate, ref, own)
+
+
+def run_cell(cell: Cell, profile_name: str, policies: Sequence[str]) -> dict[str, Any]:
+    """Every policy on the cell's trace -> the cell's matrix.json entry."""
+    profile = resolve_profile(profile_name)
+    work = cell_workload(cell, profile)
+    sessions, kv_blocks = work.sessions, work.kv_blocks
     t0 = time.perf_counter()
     results, ideal = {}, 0.0
     for name in policies:
@@ -79,9 +99,9 @@ def run_cell(cell: Cell, profile_name: str, policies: Sequence[str]) -> dict[str
     bound = run_simulation(sessions, profile, BOUND, tool_workers=cell.tool_workers, kv_blocks=kv_blocks,
                            make_policy=clairvoyant_policy(sessions, profile))
     entry = {"name": cell.id, **dataclasses.asdict(cell), "profile": profile_name, "kv_blocks": kv_blocks,
-             "rate_sps": round(rate, 6), "reference_capacity_sps": round(ref.sps, 6),
-             "reference_bottleneck": ref.bottleneck, "host_capacity_sps": round(own.sps, 6),
-             "host_bottleneck": own.bottleneck, "offered_load": round(rate / own.sps, 4),
+             "rate_sps": round(work.rate, 6), "reference_capacity_sps": round(work.reference.sps, 6),
+             "reference_bottleneck": work.reference.bottleneck, "host_capacity_sps": round(work.own.sps, 6),
+             "host_bottleneck": work.own.bottleneck, "offered_load": round(work.rate / work.own.sps, 4),
              "llm_calls": sum(len(s.turns) for s in sessions), "ideal_mean_e2e_s": ideal,
              "policies": results, "bound": {"policy": BOUND, **summarize(bound)}}
     return {**entry, "headroom": report.headroom(entry), "wall_s": round(time.perf_counter() - t0, 2)}
