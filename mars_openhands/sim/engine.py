@@ -321,7 +321,9 @@ class Engine:
         backlog, pol = self.backlog, self.policy
         if self._backlog_core is None:
             self._backlog_core = [pol.session(s.sid) for s in backlog]
-        chosen = pol.admit(self._backlog_core, self.now)
+        sched = self.scheduler
+        idle = not (sched.running or sched.waiting or sched.window)
+        chosen = pol.admit(self._backlog_core, self.now, engine_idle=idle)
         if not chosen:
             return False
         ids = {c.session_id for c in chosen}
