@@ -29,7 +29,7 @@ ALLOWED: dict[str, set[str]] = {
     "mars_openhands.procs": set(),
     "mars_openhands.core": _mars("events"),
     "mars_openhands.workload": _mars("events"),
-    "mars_openhands.metrics": _mars("results"),
+    "mars_openhands.metrics": _mars("core", "results"),
     "mars_openhands.plots": _mars("results", "metrics"),
     "mars_openhands.sim": _mars("core", "events", "results", "metrics", "workload"),
     "mars_openhands.vllm": _mars("core", "events", "procs", "stopping"),

@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 
 from mars_openhands.core import EngineShape, PolicyConfig, build_policy, policy_names
+from mars_openhands.core.registry import is_mars_variant
 from mars_openhands.core.admission import AimdAdmission
 from mars_openhands.core.chunking import NoShrink, ShrinkToRoom
 from mars_openhands.core.continuum import DynamicTtlRetention, FixedTtlRetention
@@ -98,3 +99,12 @@ def test_mars_is_thunderagent_plus_additions_each_removed_by_one_ablation():
     # the additions cover every role in which MARS differs from ThunderAgent
     assert {r for roles in ADDITIONS.values() for r in roles} == {
         r for r in ROLES if type(getattr(mars, r)) is not type(getattr(ta, r))}
+
+
+def test_mars_variants_are_mars_and_its_ablations_by_registration():
+    """MARS and every ablation keep at least one addition (or, `mars-no-admission`, drop the control
+    plane); ThunderAgent, which keeps none, is a baseline like the others."""
+    variants = {n for n in policy_names() if is_mars_variant(n)}
+    assert variants == {"mars", *ADDITIONS, "mars-no-admission"}
+    assert not is_mars_variant("thunderagent") and not is_mars_variant("fcfs")
+    assert not is_mars_variant("mars-clairvoyant-admission")    # not registered: no variant
