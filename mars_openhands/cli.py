@@ -52,7 +52,7 @@ DISPATCH: dict[str, tuple[str, str, str]] = {
                            "write (and where Docker answers, build) an agent-server image with the MARS hook"),
     "bench-matrix": ("mars_openhands.matrix.run", "core",
                      "every policy on a grid of workloads x hosts in the simulator (regret table, heatmap)"),
-    "calibrate": ("mars_openhands.replay.probe", "engine",
+    "calibrate": ("mars_openhands.replay.calibrate", "engine",
                   "fit a simulator profile (--profile FILE) on a running vLLM engine, GPU or CPU"),
     "import-trace": ("mars_openhands.workload.importers.cli", "core",
                      "convert a public agent trace (Weka, TraceLab) to mars-trace/1"),

@@ -41,10 +41,10 @@ from mars_openhands.replay.bench_output import (
     simulator_prediction,
     turn_rows,
 )
-from mars_openhands.replay.calibrate import EngineCosts, ProbePlan, Samples, calibrate
 from mars_openhands.replay.client import ReplayConfig, Replayer
 from mars_openhands.replay.cores import CoreSplit
 from mars_openhands.replay.engine import CacheConfig, EngineClient
+from mars_openhands.replay.engine_costs import EngineCosts, ProbePlan, Samples, calibrate
 from mars_openhands.replay.prompts import ModelDirError, TokenSpace, TurnShape, plan_shapes, replayed_session
 from mars_openhands.replay.replicas import (
     Configuration,

@@ -4,12 +4,12 @@ from __future__ import annotations
 import pytest
 
 from mars_openhands.core import EngineShape, PolicyConfig, build_policy, policy_names
-from mars_openhands.core.registry import is_mars_variant
 from mars_openhands.core.admission import AimdAdmission
 from mars_openhands.core.chunking import NoShrink, ShrinkToRoom
 from mars_openhands.core.continuum import DynamicTtlRetention, FixedTtlRetention
 from mars_openhands.core.ordering import FcfsOrdering, MlfqOrdering, PlasOrdering, ProgramFcfsOrdering
 from mars_openhands.core.priced import PricedRetention
+from mars_openhands.core.registry import is_mars_variant
 from mars_openhands.core.retention import MinWasteRetention, NoRetention
 from mars_openhands.core.thunderagent import ThunderAgentAdmission
 from mars_openhands.core.victim import ContinuumVictim, LevelBlocksArrivalVictim, NewestVictim
