@@ -39,7 +39,8 @@ ALLOWED: dict[str, set[str]] = {
                                    "sim", "vllm", "workload"),
     "mars_openhands.matrix": _mars("cli_args", "core", "events", "metrics", "plots", "results", "sim", "workload"),
     "mars_openhands.report": _mars("metrics", "openhands", "plots", "results", "sim", "workload"),
-    "mars_openhands.cli": _mars("cli_args", "core", "matrix", "metrics", "plots", "results", "sim", "workload"),
+    "mars_openhands.cli": _mars("cli_args", "cluster", "core", "matrix", "metrics", "plots", "results", "sim",
+                                "workload"),
     "mars_openhands.cluster": _mars("core", "procs", "stopping", "vllm"),
     # the edges: patches build on the OpenHands integration; the evaluation may use anything
     "runtime_patches": _mars("openhands"),
