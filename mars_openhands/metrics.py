@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from mars_openhands.core.registry import is_mars_variant
 from mars_openhands.results import RunResult
 
 FIELDS = ("sessions", "completed", "mean_e2e_s", "p50_e2e_s", "p95_e2e_s", "p99_e2e_s",
@@ -76,10 +77,6 @@ def ideal_mean_e2e(run: RunResult) -> float:
     return round(float(np.mean([s.ideal_s for s in run.sessions])), 4) if run.sessions else 0.0
 
 
-def is_mars(name: str) -> bool:
-    return name == "mars" or name.startswith("mars-")
-
-
 def speedups(summaries: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, float | None]]:
     """Latency ratios baseline/policy (> 1: the policy is faster), per policy.
 
@@ -90,7 +87,7 @@ def speedups(summaries: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, 
         return None if base is None or not x else round(base / x, 3)
 
     def best(key: str) -> float | None:
-        vals = [s[key] for n, s in summaries.items() if not is_mars(n) and s.get(key) is not None]
+        vals = [s[key] for n, s in summaries.items() if not is_mars_variant(n) and s.get(key) is not None]
         return min(vals) if vals else None
 
     fcfs = summaries.get("fcfs", {}).get("mean_e2e_s")
@@ -98,8 +95,8 @@ def speedups(summaries: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, 
     out = {}
     for name, s in summaries.items():
         out[name] = {"mean_vs_fcfs": None if name == "fcfs" else ratio(fcfs, s.get("mean_e2e_s")),
-                     "mean_vs_best": ratio(best_mean, s.get("mean_e2e_s")) if is_mars(name) else None,
-                     "p95_vs_best": ratio(best_p95, s.get("p95_e2e_s")) if is_mars(name) else None}
+                     "mean_vs_best": ratio(best_mean, s.get("mean_e2e_s")) if is_mars_variant(name) else None,
+                     "p95_vs_best": ratio(best_p95, s.get("p95_e2e_s")) if is_mars_variant(name) else None}
     return out
 
 

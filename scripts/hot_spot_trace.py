@@ -11,7 +11,7 @@ the turns), renamed `hot-<seed>-<i>` with `i` chosen so that the simulator's has
 
     python scripts/hot_spot_trace.py --synthetic 2000 --rate 0.8 --seed 0 --replicas 8 \
         --burst 100 --burst-at 300 --out runs/hot-spot.jsonl
-    mars-openhands simulate --trace runs/hot-spot.jsonl --replicas 8 --router consistent_hash ...
+    mars-openhands simulate --trace runs/hot-spot.jsonl --replicas 8 --router-policy consistent_hash ...
 """
 from __future__ import annotations
 

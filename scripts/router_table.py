@@ -1,4 +1,4 @@
-"""Tabulate `simulate --replicas N --router R` runs side by side: mean / p95 E2E, prefix hit rate and
+"""Tabulate `simulate --replicas N --router-policy R` runs side by side: mean / p95 E2E, prefix hit rate and
 call imbalance per router, engine policy and workload, one column group per seed.
 
 Reads DIR/<workload>-s<seed>-<router>/{summary,routing}.json as `simulate --out` writes them:

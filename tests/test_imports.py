@@ -29,7 +29,7 @@ ALLOWED: dict[str, set[str]] = {
     "mars_openhands.procs": set(),
     "mars_openhands.core": _mars("events"),
     "mars_openhands.workload": _mars("events"),
-    "mars_openhands.metrics": _mars("results"),
+    "mars_openhands.metrics": _mars("core", "results"),
     "mars_openhands.plots": _mars("results", "metrics"),
     "mars_openhands.sim": _mars("core", "events", "results", "metrics", "workload"),
     "mars_openhands.vllm": _mars("core", "events", "procs", "stopping"),
@@ -39,7 +39,8 @@ ALLOWED: dict[str, set[str]] = {
                                    "sim", "vllm", "workload"),
     "mars_openhands.matrix": _mars("cli_args", "core", "events", "metrics", "plots", "results", "sim", "workload"),
     "mars_openhands.report": _mars("metrics", "openhands", "plots", "results", "sim", "workload"),
-    "mars_openhands.cli": _mars("cli_args", "core", "matrix", "metrics", "plots", "results", "sim", "workload"),
+    "mars_openhands.cli": _mars("cli_args", "cluster", "core", "matrix", "metrics", "plots", "results", "sim",
+                                "workload"),
     "mars_openhands.cluster": _mars("core", "procs", "stopping", "vllm"),
     # the edges: patches build on the OpenHands integration; the evaluation may use anything
     "runtime_patches": _mars("openhands"),

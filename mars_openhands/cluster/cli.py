@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-from mars_openhands.cluster.router import DEFAULT_POLICY, ROUTER_POLICIES, RouterError, router_executable
+from mars_openhands.cluster.router import DEFAULT_POLICY, PROGRAM, ROUTER_POLICIES, RouterError, router_executable
 from mars_openhands.cluster.stats import StatsError, aggregate, discover, fetch, format_session, format_table
 from mars_openhands.stopping import stop_on_signals
 
@@ -54,9 +54,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--port", type=int, default=8000, help="router port (default 8000)")
     s.add_argument("--replica-ports", type=_ports, default=None, metavar="P1,P2,...",
                    help="replica ports (default: the router's port + 1, + 2, ...)")
-    s.add_argument("--router-policy", choices=ROUTER_POLICIES, default=DEFAULT_POLICY,
-                   help=f"vllm-router --policy (default {DEFAULT_POLICY}: a new session to the replica with "
-                        "the fewest, then affinity on X-Session-ID until it ends)")
+    s.add_argument("--router-policy", choices=ROUTER_POLICIES, default=DEFAULT_POLICY, metavar="POLICY",
+                   help=f"vllm-router's routing: one of {', '.join(ROUTER_POLICIES)} (default {DEFAULT_POLICY}: "
+                        "a new session to the replica with the fewest, then affinity on X-Session-ID until it "
+                        f"ends; {PROGRAM}: consistent_hash with the router's --enable-program-scheduling)")
     s.add_argument("--router-arg", action="append", default=[], metavar="ARG",
                    help="one more vllm-router argument, e.g. --router-arg=--enable-program-scheduling "
                         "(repeatable)")

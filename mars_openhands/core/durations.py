@@ -26,12 +26,14 @@ from mars_openhands.events import Event, SessionEnded, ToolCancelled, ToolFinish
 #: predictor's prior and the synthetic generator's target (`mars_openhands.workload.synthetic`).
 TOOL_P50_S, TOOL_P90_S, TOOL_P99_S = 0.3, 13.6, 216.0
 
+#: What a tool call does, from its tool name and command text (`command_class`): the one vocabulary
+#: of the duration predictor and of the recorded runs' tool statistics (evaluation/swebench).
 COMMAND_CLASSES = ("test", "build", "read", "edit", "other")
 
 _EDITOR_TOOLS = {"file_editor", "str_replace_editor", "str_replace_based_edit_tool", "edit_file",
                  "editor", "apply_patch"}
 _NO_COMMAND_TOOLS = {"think", "finish", "task_tracker"}
-_TEST = re.compile(r"\b(py\.?test|pytest|tox|nox|nosetests|unittest|runtests|doctest|go test|"
+_TEST = re.compile(r"\b(py\.?test|pytest|tox|nox|nosetests|unittest|runtests|bin/test|doctest|go test|"
                    r"cargo test|(npm|yarn|pnpm)( run)? test|make (check|test)|manage\.py test|"
                    r"ctest|mvn test|gradle test|jest|mocha)\b")
 _BUILD = re.compile(r"\b(pip3? install|uv (pip|sync|add)|poetry (install|add|lock)|conda "
@@ -49,7 +51,9 @@ _SEGMENTS = re.compile(r"&&|\|\||;|\n")
 
 
 def command_class(tool_name: str, command: str | None) -> str:
-    """One of COMMAND_CLASSES from what a real engine/agent sees: the tool name and command."""
+    """One of COMMAND_CLASSES from what a real engine/agent sees: the tool name and command. Setup
+    steps (`cd DIR &&`, `export`) are skipped: a workspace path such as `.../pytest-dev__pytest-1`
+    says nothing about the command."""
     tool = tool_name.lower()
     cmd = (command or "").strip().lower()
     if tool in _NO_COMMAND_TOOLS:
@@ -58,13 +62,14 @@ def command_class(tool_name: str, command: str | None) -> str:
         return "read" if cmd.startswith("view") else "edit"
     if not cmd:
         return "other"
-    if _TEST.search(cmd):
-        return "test"
-    if _BUILD.search(cmd):
-        return "build"
-    if _EDIT.search(cmd):
-        return "edit"
     segments = [s for s in _SEGMENTS.split(cmd) if s.strip()]
+    work = " ; ".join(s for s in segments if s.split()[0] not in _SETUP_WORDS)
+    if _TEST.search(work):
+        return "test"
+    if _BUILD.search(work):
+        return "build"
+    if _EDIT.search(work):
+        return "edit"
     if segments and all(_READ.match(s) or s.split()[0] in _SETUP_WORDS for s in segments):
         return "read"
     return "other"

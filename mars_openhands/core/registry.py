@@ -1,10 +1,14 @@
 """Named policies: each is a composition of one strategy per role (see `policy.py`).
 
 The names are the public interface (`--policies`, `--policy`, the vLLM scheduler classes).
-Constants live in per-strategy config dataclasses gathered in `PolicyConfig`; engines override
-what their deployment needs (e.g. the OpenHands runs' AIMD window 2 / 8 / 8) without flags:
+Constants live in per-strategy config dataclasses gathered in `PolicyConfig`, defaults in
+docs/policies.md. No engine changes them: a caller that needs other values (a benchmark sizing the
+window to its load) passes a config with dotted overrides:
 
     build_policy("mars", shape, PolicyConfig().with_overrides({"aimd.w_max": 8, "aimd.w_init": 8}))
+
+Whether a policy is MARS or one of its ablations, which reports compare against the best of the
+others, is a property of its registration (`is_mars_variant`), not of its name.
 
 | name                  | ordering          | chunking | victim                 | retention | admission |
 |-----------------------|-------------------|----------|------------------------|-----------|-----------|
@@ -141,12 +145,25 @@ def _continuum_dy(shape: EngineShape, cfg: PolicyConfig) -> Policy:
                    DynamicTtlRetention(cfg.continuum), None)
 
 
+Factory = Callable[[EngineShape, PolicyConfig], Policy]
+
+
+@dataclass(frozen=True, slots=True)
+class Registered:
+    """A named policy: how to build it, and whether it is MARS or an ablation of it (it keeps at
+    least one of MARS' additions to ThunderAgent, or drops the control plane as the paper's
+    `mars-no-admission` does)."""
+
+    build: Factory
+    mars_variant: bool = False
+
+
 def _mars(name: str, *, priority: bool = True, admission: bool = True, retention: bool = True,
-          chunk_shrink: bool = True, windows: bool = True, balancer: bool = True
-          ) -> Callable[[EngineShape, PolicyConfig], Policy]:
+          chunk_shrink: bool = True, windows: bool = True, balancer: bool = True) -> Registered:
     """MARS as ThunderAgent plus its additions, each a flag; with none, it is ThunderAgent
-    (docs/policies.md#mars-and-thunderagent). `admission=False` drops the control plane
-    altogether, ThunderAgent's program queue with it."""
+    (docs/policies.md#mars-and-thunderagent), which is no MARS variant. `admission=False` drops
+    the control plane altogether, ThunderAgent's program queue with it. The balancer orders what
+    the windows admit, so without the windows it adds nothing."""
     def build(shape: EngineShape, cfg: PolicyConfig) -> Policy:
         aimd = cfg.aimd
         ordering: Ordering
@@ -164,15 +181,16 @@ def _mars(name: str, *, priority: bool = True, admission: bool = True, retention
             control = ThunderAgentAdmission(cfg.thunderagent)
         return _policy(name, shape, cfg, ordering, ShrinkToRoom() if chunk_shrink else NoShrink(),
                        victim, PricedRetention(cfg.priced) if retention else NoRetention(), control)
-    return build
+    additions = priority or retention or chunk_shrink or (admission and windows)
+    return Registered(build, mars_variant=additions or not admission)
 
 
-POLICIES: dict[str, Callable[[EngineShape, PolicyConfig], Policy]] = {
-    "fcfs": _fcfs,
-    "autellix": _autellix,
-    "infercept": _infercept,
-    "continuum": _continuum,
-    "continuum-dy": _continuum_dy,
+POLICIES: dict[str, Registered] = {
+    "fcfs": Registered(_fcfs),
+    "autellix": Registered(_autellix),
+    "infercept": Registered(_infercept),
+    "continuum": Registered(_continuum),
+    "continuum-dy": Registered(_continuum_dy),
     "mars": _mars("mars"),
     "mars-no-priority": _mars("mars-no-priority", priority=False),
     "mars-no-admission": _mars("mars-no-admission", admission=False),
@@ -189,11 +207,17 @@ POLICIES: dict[str, Callable[[EngineShape, PolicyConfig], Policy]] = {
 def build_policy(name: str, shape: EngineShape, config: PolicyConfig | None = None) -> Policy:
     """A fresh policy instance (policies keep state: build one per engine run)."""
     try:
-        factory = POLICIES[name]
+        entry = POLICIES[name]
     except KeyError:
         raise ValueError(f"unknown policy {name!r}; known: {', '.join(POLICIES)}") from None
-    return factory(shape, config or PolicyConfig())
+    return entry.build(shape, config or PolicyConfig())
 
 
 def policy_names() -> list[str]:
     return list(POLICIES)
+
+
+def is_mars_variant(name: str) -> bool:
+    """MARS or one of its ablations (False for the baselines and for names not registered here)."""
+    entry = POLICIES.get(name)
+    return entry is not None and entry.mars_variant

@@ -41,6 +41,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mars_openhands.core.registry import is_mars_variant
+
 MARS = "mars"
 THUNDER = "thunderagent"    # the other program-gating policy: MARS vs it is reported on its own
 QUEUE_REFERENCE = "fcfs"    # the policy whose waits say whether the host queues
@@ -53,7 +55,7 @@ GAP_FLOOR = 0.01            # a bound less than this much below the best baselin
 
 
 def baselines(names: Sequence[str]) -> list[str]:
-    return [n for n in names if not n.startswith("mars")]
+    return [n for n in names if not is_mars_variant(n)]
 
 
 @dataclass(frozen=True, slots=True)

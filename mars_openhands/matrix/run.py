@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mars_openhands.core.registry import policy_names
+from mars_openhands.core.registry import is_mars_variant, policy_names
 from mars_openhands.events import Event, PrefillStarted, ToolFinished, TurnSubmitted
 from mars_openhands.matrix import report
 from mars_openhands.matrix.bound import BOUND, clairvoyant_policy
@@ -171,7 +171,7 @@ def _write_json(path: Path, obj: Any) -> None:
 def _policies(text: str | None) -> list[str]:
     known = policy_names()
     if text is None:
-        return [n for n in known if not n.startswith("mars")] + ["mars"]
+        return [n for n in known if not is_mars_variant(n)] + ["mars"]
     names = [n.strip() for n in text.split(",") if n.strip()]
     unknown = [n for n in names if n not in known]
     if unknown:
@@ -180,7 +180,7 @@ def _policies(text: str | None) -> list[str]:
         raise GridError(f"--policies: a policy is named twice in {text!r}")
     if report.MARS not in names or not report.baselines(names):
         raise GridError(f"--policies: needs {report.MARS!r} and at least one baseline (a policy not "
-                        f"named mars*), got {text!r}")
+                        f"MARS or an ablation of it), got {text!r}")
     return names
 
 
@@ -202,7 +202,7 @@ def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     which = ap.add_mutually_exclusive_group()
-    which.add_argument("--quick", action="store_true", help="the built-in quick grid (~12 cells, minutes)")
+    which.add_argument("--quick", action="store_true", help="the built-in quick grid (13 cells, minutes)")
     which.add_argument("--grid", type=Path, metavar="FILE",
                        help="a grid TOML file (default: the built-in full grid)")
     ap.add_argument("--profile", metavar="NAME|FILE",

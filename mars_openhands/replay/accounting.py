@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mars_openhands.replay.calibrate import EngineCosts
 from mars_openhands.replay.client import SessionRecord
+from mars_openhands.replay.engine_costs import EngineCosts
 from mars_openhands.workload.trace import SessionTrace
 
 

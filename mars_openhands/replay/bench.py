@@ -11,7 +11,7 @@ records, calibration samples, the profile and server logs.
     mars-openhands bench-engine --synthetic 16 --rate 0.5 --policies fcfs,mars --model models/small \\
         --kv-cache-memory-bytes 200000000 --token-scale 0.1 --out runs/engine [-- extra vLLM args]
 
-With `--replicas N` each policy runs on N replicas behind `vllm-router`, once per `--routers` entry
+With `--replicas N` each policy runs on N replicas behind `vllm-router`, once per `--router-policy` entry
 (`replay/replicas.py`); the simulator's prediction is then not made.
 """
 from __future__ import annotations
@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from mars_openhands.cli_args import CliError, add_synthetic_args, add_workload_source, policy_list, positive, workload
 from mars_openhands.cluster.launch import Cluster
-from mars_openhands.cluster.router import RouterError
+from mars_openhands.cluster.router import PROGRAM, ROUTER_POLICIES, RouterError
 from mars_openhands.procs import StartError
 from mars_openhands.replay.bench_output import (
     EngineSetup,
@@ -41,10 +41,10 @@ from mars_openhands.replay.bench_output import (
     simulator_prediction,
     turn_rows,
 )
-from mars_openhands.replay.calibrate import EngineCosts, ProbePlan, Samples, calibrate
 from mars_openhands.replay.client import ReplayConfig, Replayer
 from mars_openhands.replay.cores import CoreSplit
 from mars_openhands.replay.engine import CacheConfig, EngineClient
+from mars_openhands.replay.engine_costs import EngineCosts, ProbePlan, Samples, calibrate
 from mars_openhands.replay.prompts import ModelDirError, TokenSpace, TurnShape, plan_shapes, replayed_session
 from mars_openhands.replay.replicas import (
     Configuration,
@@ -81,11 +81,11 @@ def _names(text: str) -> list[str]:
 def _configurations(args: argparse.Namespace) -> dict[str, Configuration]:
     """label -> (policy, router) with --replicas > 1; {} for one engine per policy."""
     if args.replicas == 1:
-        if args.routers != "consistent_hash" or args.kill_replica_after:
-            raise BenchError("--routers and --kill-replica-after need --replicas 2 or more")
+        if args.router_policy != "consistent_hash" or args.kill_replica_after:
+            raise BenchError("--router-policy and --kill-replica-after need --replicas 2 or more")
         return {}
     try:
-        return {c.label: c for c in configurations(policy_list(args.policies), _names(args.routers))}
+        return {c.label: c for c in configurations(policy_list(args.policies), _names(args.router_policy))}
     except (ValueError, CliError) as e:
         raise BenchError(str(e)) from None
 
@@ -126,9 +126,10 @@ def build_parser() -> argparse.ArgumentParser:
     rep = p.add_argument_group("replicas behind vllm-router (mars_openhands/replay/replicas.py)")
     rep.add_argument("--replicas", type=positive(int), default=1,
                      help="engines per configuration, behind vllm-router when > 1 (default 1: one engine)")
-    rep.add_argument("--routers", default="consistent_hash",
-                     help="with --replicas > 1: comma-separated consistent_hash, round_robin, program "
-                          "(stock FCFS engines behind the router's --enable-program-scheduling)")
+    rep.add_argument("--router-policy", default="consistent_hash", metavar="P1,P2,...",
+                     help="with --replicas > 1: one configuration per router policy, comma-separated, of "
+                          f"{', '.join(ROUTER_POLICIES)} (default consistent_hash; {PROGRAM}: stock FCFS "
+                          "engines behind the router's --enable-program-scheduling)")
     rep.add_argument("--kill-replica-after", type=positive(float), metavar="S",
                      help="stop the last replica S seconds into each replay (failover)")
     rep.add_argument("--cpu-cores-per-replica", type=int, default=0, metavar="C",

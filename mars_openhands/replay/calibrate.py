@@ -1,224 +1,310 @@
-"""Engine cost measured on an idle server: the ideal latency of each session and the sim profile.
+"""`mars-openhands calibrate --url URL [--model NAME] --out PROFILE.json`: the simulator's engine
+profile fitted on any running OpenAI-compatible vLLM engine (GPU or CPU), in a few minutes.
 
-Slowdown and goodput need each session's latency *alone on a warm, idle engine*. We measure it
-rather than guess it: probes on the idle server time a prefill of `n` new tokens after `ctx`
-cached ones (max_tokens=1), batch-1 decode at several context lengths, and decode with k requests
-in the batch (a step: the batch generating 2 L tokens less the batch generating L, over L).
-Least-squares fits (coefficients kept >= 0) give
-
-    prefill(n, ctx) = a + b n + c n (ctx + n/2)          (attention grows with the context)
-    decode step     = d0 + d_seq k + d_ctx sum(ctx)       (k sequences in the batch)
-
-The ideal turn = prefill of the tokens a warm cache cannot serve (full blocks only, never the last
-token, as vLLM does) + (output - 1) batch-1 decode steps; the ideal session adds its tool times.
-The same constants are the simulator's step costs (`EngineCosts.as_profile`): `bench-engine` re-fits
-`cpu-small` with them, `mars-openhands calibrate` (`probe.py`) writes a profile of any engine.
+The probes and the fit are `bench-engine`'s (`replay/engine_costs.py`: prefill at several contexts,
+timed to the first token; decode at several batch sizes and contexts, timed between tokens); this
+command only finds out what the engine is (model, max length, KV cache from vLLM's
+`vllm:cache_config_info` metric), runs them on the idle engine and writes a `mars-profile/1` file
+(`sim/profile_file.py`) with its provenance: url, model, date, every probe with the fit's
+prediction, and the fit's residuals. `simulate`, `bench-matrix` and `bench-engine` take the file as
+`--profile`.
 """
 from __future__ import annotations
 
+import argparse
 import asyncio
-import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+import dataclasses
+import datetime
+import os
+import platform
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
 
-from mars_openhands.events import SessionEnded
-from mars_openhands.replay.engine import EngineClient, EngineError
-from mars_openhands.replay.prompts import TokenSpace, TurnShape
+from mars_openhands.cli_args import positive
+from mars_openhands.replay.engine import EngineClient, EngineError, prometheus_labels
+from mars_openhands.replay.engine_costs import (
+    MAX_PROBE_CTX,
+    MAX_PROBE_NEW,
+    EngineCosts,
+    ProbePlan,
+    Samples,
+    calibrate,
+)
+from mars_openhands.replay.prompts import ModelDirError, TokenSpace
+from mars_openhands.sim.profile_file import write_profile
 from mars_openhands.sim.profiles import Profile
 
-
-@dataclass(frozen=True)
-class EngineCosts:
-    """Fitted per-request costs of one engine + model + host (seconds)."""
-
-    block_size: int
-    prefill_a_s: float
-    prefill_per_token_s: float
-    prefill_per_token_ctx_s: float
-    decode_step_s: float                  # d0: a decode step's fixed cost
-    decode_per_seq_s: float               # d_seq: each sequence in the batch
-    decode_per_ctx_token_s: float         # d_ctx: each context token read by the batch
-
-    def prefill_s(self, new: int, ctx: int) -> float:
-        if new <= 0:
-            return self.prefill_a_s
-        return self.prefill_a_s + self.prefill_per_token_s * new + self.prefill_per_token_ctx_s * new * (ctx + new / 2)
-
-    def decode_step_at(self, batch: int, ctx_sum: int) -> float:
-        return self.decode_step_s + self.decode_per_seq_s * batch + self.decode_per_ctx_token_s * ctx_sum
-
-    def warm_hit(self, shape: TurnShape) -> int:
-        """Tokens a warm prefix cache serves: whole blocks of the reusable prefix, never the last token."""
-        usable = min(shape.reusable_tokens, shape.prompt_tokens - 1)
-        return max(0, usable) // self.block_size * self.block_size
-
-    def turn_s(self, shape: TurnShape) -> float:
-        hit = self.warm_hit(shape)
-        steps = shape.output_tokens - 1
-        decode = steps * self.decode_step_at(1, shape.prompt_tokens + shape.output_tokens // 2) if steps > 0 else 0.0
-        return self.prefill_s(shape.prompt_tokens - hit, hit) + decode
-
-    def session_ideal_s(self, shapes: list[TurnShape], tool_seconds: float) -> float:
-        return sum(self.turn_s(s) for s in shapes) + tool_seconds
-
-    def as_profile(self, base: Profile) -> Profile:
-        """`base` (the engine's shape and host) with these costs as the simulator's step cost
-        t = a + b P + c A + d D + e C: a step's fixed cost, prefill per token and per token x
-        context token, decode per sequence and per context token read (no bandwidth term)."""
-        return base.with_overrides(a=self.decode_step_s, b=self.prefill_per_token_s, c=self.prefill_per_token_ctx_s,
-                                   d=self.decode_per_seq_s, e=self.decode_per_ctx_token_s, block_size=self.block_size)
+PROG = "mars-openhands calibrate"
+#: vLLM 0.32's API-server scheduler defaults (max_num_batched_tokens, max_num_seqs): on CPU, and on
+#: GPUs of 70 GiB or more. vLLM publishes neither, so they are assumed unless given.
+DEVICE_DEFAULTS = {"cpu": (2048, 128), "gpu": (8192, 1024)}
+#: Text tokenized by the engine for prompt token ids when its model directory is not readable here.
+_SAMPLE_TEXT = ("def schedule(sessions, engine):\n    for s in sorted(sessions, key=lambda s: s.deadline):\n"
+                "        if engine.free_blocks() > s.blocks: engine.admit(s)  # pin the KV cache\n"
+                "The quick brown fox jumps over the lazy dog; 0123456789 tool_call observation result "
+                "ERROR Traceback assert return yield import class struct fn main() { println!(\"ok\"); }")
 
 
-def nonneg_lstsq(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Least squares with coefficients >= 0 (drop the most negative one and refit)."""
-    active = list(range(x.shape[1]))
-    coef = np.zeros(x.shape[1])
-    while active:
-        sol, *_ = np.linalg.lstsq(x[:, active], y, rcond=None)
-        if (sol >= 0).all():
-            coef[active] = sol
-            return coef
-        del active[int(np.argmin(sol))]
-    return coef
-
-
-@dataclass
-class Samples:
-    """Raw probe timings, kept in the output for inspection."""
-
-    prefill: list[tuple[int, int, float]] = field(default_factory=list)      # (new, ctx, seconds)
-    decode: list[tuple[int, int, float]] = field(default_factory=list)       # (batch, ctx_sum, s/step)
-    #: Decode probes whose long run did not outlast the short one (noise): not fitted.
-    decode_failed: int = 0
-
-    def extend(self, other: Samples) -> None:
-        self.prefill += other.prefill
-        self.decode += other.decode
-        self.decode_failed += other.decode_failed
-
-    def add_decode(self, batch: int, ctx_sum: int, step_s: float | None) -> None:
-        if step_s is None:
-            self.decode_failed += 1
-        else:
-            self.decode.append((batch, ctx_sum, step_s))
-
-    def fit(self, block_size: int) -> EngineCosts:
-        if len(self.prefill) < 3 or len(self.decode) < 3:
-            raise ValueError("calibration: too few probe samples to fit engine costs")
-        p = np.array(self.prefill, dtype=float)
-        n, ctx, t = p[:, 0], p[:, 1], p[:, 2]
-        a, b, c = nonneg_lstsq(np.stack([np.ones_like(n), n, n * (ctx + n / 2)], axis=1), t)
-        d = np.array(self.decode, dtype=float)
-        d0, dseq, dctx = nonneg_lstsq(np.stack([np.ones(len(d)), d[:, 0], d[:, 1]], axis=1), d[:, 2])
-        return EngineCosts(block_size, float(a), float(b), float(c), float(d0), float(dseq), float(dctx))
-
-
-def _grid(top: int, block: int, points: int) -> list[int]:
-    """`points` block-aligned sizes spread up to `top` (at least one block)."""
-    top = max(block, top // block * block)
-    return sorted({max(block, int(top * f) // block * block) for f in np.linspace(1 / points, 1, points)})
-
-
-BATCHES = (2, 4, 8)
-#: Tokens of a decode probe's short run (the long run generates twice as many). The step is the
-#: difference of two wall times over these tokens: at 32 tokens of a 2-4 ms step the difference
-#: (about 0.1 s) was within a loaded host's noise, and a third of the probes measured 0.
-DECODE_TOKENS = 128
-MAX_PROBE_NEW = 2048
-MAX_PROBE_CTX = 8192
+class ProbeError(Exception):
+    """The engine cannot be calibrated: one `error:` line naming what is wrong, exit status 2."""
 
 
 @dataclass(frozen=True)
-class ProbePlan:
-    """Probe sizes covering a replay's range: prefill up to `max_new` new tokens after up to
-    `max_ctx` cached ones; decode at several contexts and batch sizes."""
+class EngineFacts:
+    """What the engine says about itself before it is probed."""
 
-    new_sizes: list[int]
-    ctx_sizes: list[int]
-    decode_len: int
+    model: str
+    max_model_len: int
     block_size: int
-    reps: int = 1
-
-    @classmethod
-    def cover(cls, block_size: int, max_new: int, max_ctx: int, max_len: int, reps: int = 1) -> ProbePlan:
-        """Sizes up to the replay's largest (capped: the fit extrapolates, probes stay short), every
-        probe within `max_len` (the engine's max model length)."""
-        decode_len = max(4, min(DECODE_TOKENS, max_len // 16))
-        new = min(max_new, MAX_PROBE_NEW, max(block_size, max_len // 2))
-        ctx = min(max_ctx, MAX_PROBE_CTX, max_len - max(new, block_size) - 2 * decode_len - 1)
-        if ctx < block_size:
-            raise ValueError(f"calibration: max model length {max_len} leaves no room for probes")
-        return cls(_grid(new, block_size, 3), [0] + _grid(ctx, block_size, 2), decode_len, block_size, reps)
-
-    @property
-    def count(self) -> int:
-        per_rep = len(self.ctx_sizes) * len(self.new_sizes) + len(self.ctx_sizes) + 2 * len(BATCHES)
-        return per_rep * self.reps
+    kv_blocks: int                   # usable blocks (vLLM's null block excluded)
+    kv_source: str                   # where kv_blocks came from
+    tool_workers: int | None         # the MARS plugin's tool pool, where the engine has one
+    space: TokenSpace
 
 
-async def _end(engine: EngineClient, *session_ids: str) -> None:
-    """Probes are one-turn sessions: end them at once so no policy keeps state (or pins) for them."""
+async def _get(engine: EngineClient, path: str) -> httpx.Response:
+    url = engine.base_url + path
     try:
-        await engine.post_events([SessionEnded(session_id=sid, t=time.time(), reason="calibration")
-                                  for sid in session_ids])
-    except (EngineError, httpx.HTTPError):
-        pass    # a stock server has no events endpoint
+        return await engine.get(path)
+    except httpx.ConnectError as e:
+        raise ProbeError(f"cannot connect to {url}: {e or 'connection refused'} (is the engine running?)") from None
+    except httpx.TimeoutException:
+        raise ProbeError(f"{url}: no answer within 10 s") from None
+    except httpx.HTTPError as e:
+        raise ProbeError(f"{url}: {type(e).__name__}: {e}") from None
 
 
-async def calibrate(engine: EngineClient, space: TokenSpace, plan: ProbePlan,
-                    progress: Callable[[], None] | None = None) -> Samples:
-    """Run the probes of `plan` one at a time on an idle engine (batches: k at once)."""
-    s = Samples()
-    tick = progress or (lambda: None)
-    dl, bs = plan.decode_len, plan.block_size
-    for rep in range(plan.reps):
-        bases: dict[int, list[int]] = {}
-        for ctx in plan.ctx_sizes:
-            base = bases[ctx] = space.draw(f"probe/{rep}/base/{ctx}", ctx)
-            if ctx:
-                await engine.complete(base, 1, f"probe/{rep}/base/{ctx}", 0)     # warm the prefix once
-                await _end(engine, f"probe/{rep}/base/{ctx}")
-            for n in plan.new_sizes:
-                key = f"probe/{rep}/{ctx}/{n}"
-                c = await engine.complete(base + space.draw(key, n), 1, key, 0)
-                await _end(engine, key)
-                hit = c.cached_tokens if c.cached_tokens is not None else ctx
-                s.prefill.append((ctx + n - hit, hit, c.finished - c.submitted))
-                tick()
-        for ctx, base in bases.items():      # batch-1 decode after each (cached) context
-            step = await _decode_step(engine, [f"probe/{rep}/decode/{ctx}"], _after(base, space, bs), dl)
-            s.add_decode(1, ctx + bs + dl + dl // 2, step)
-            tick()
-        # Batches after no context and after the longest: per sequence and per context token apart.
-        for ctx in (0, max(plan.ctx_sizes)):
-            for k in BATCHES:
-                step = await _decode_step(engine, [f"probe/{rep}/batch/{ctx}/{k}/{i}" for i in range(k)],
-                                          _after(bases[ctx], space, bs), dl)
-                s.add_decode(k, k * (ctx + bs + dl + dl // 2), step)
-                tick()
-    return s
+async def _model(engine: EngineClient, wanted: str | None) -> tuple[str, dict[str, Any]]:
+    r = await _get(engine, "/v1/models")
+    try:
+        models = r.json()["data"] if r.status_code == 200 else None
+    except (ValueError, KeyError, TypeError):
+        models = None
+    if not isinstance(models, list) or not models or not all(isinstance(m, dict) and "id" in m for m in models):
+        raise ProbeError(f"{engine.base_url}/v1/models: HTTP {r.status_code}, no model list "
+                         "(not an OpenAI-compatible server?)")
+    by_id = {str(m["id"]): m for m in models}
+    if wanted is None:
+        if len(by_id) > 1:
+            raise ProbeError(f"the engine serves {len(by_id)} models ({', '.join(by_id)}); name one with --model")
+        return next(iter(by_id.items()))
+    if wanted not in by_id:
+        raise ProbeError(f"--model: the engine does not serve {wanted!r}; it serves {', '.join(by_id)}")
+    return wanted, by_id[wanted]
 
 
-def _after(base: list[int], space: TokenSpace, n: int) -> Callable[[str], list[int]]:
-    """Prompts `base` + n fresh tokens drawn for each key."""
-    return lambda key: base + space.draw(key, n)
+async def _token_space(engine: EngineClient, info: dict[str, Any]) -> TokenSpace:
+    """The model's ordinary token ids from its directory where readable here (vLLM's `root`), else
+    the ids the engine's `/tokenize` gives a sample text: prompts only need valid, varied ids."""
+    root = info.get("root")
+    if isinstance(root, str) and (Path(root) / "config.json").is_file():
+        try:
+            return TokenSpace.from_model_dir(root)
+        except (ModelDirError, ValueError):
+            pass
+    try:
+        ids = await engine.tokenize(_SAMPLE_TEXT)
+    except (httpx.HTTPError, ValueError, AttributeError):
+        ids = None
+    if not isinstance(ids, list) or len(set(ids)) < 2:
+        raise ProbeError(f"{engine.base_url}: cannot learn the model's token ids: its directory {root!r} is "
+                         "not readable here and /tokenize did not answer (not a vLLM engine?)")
+    return TokenSpace(np.array(sorted(set(int(i) for i in ids)), dtype=np.int64))
 
 
-async def _decode_step(engine: EngineClient, keys: list[str], prompt: Callable[[str], list[int]],
-                       dl: int) -> float | None:
-    """Seconds per decode step of a batch of len(keys) requests: the batch generating 2 dl tokens
-    less the same batch (fresh prompts of the same shape) generating dl, over dl. The prefill
-    cancels out, and so does the stream's timing: a server may send tokens in bursts, so the gaps
-    between streamed tokens are no measure of a step."""
-    async def batch(n: int, tag: str) -> float:
-        ks = [f"{key}/{tag}" for key in keys]
-        t0 = time.monotonic()
-        cs = await asyncio.gather(*(engine.complete(prompt(key), n, key, 0) for key in ks))
-        await _end(engine, *ks)
-        return max(c.finished for c in cs) - t0
-    short = await batch(dl, "short")
-    extra = await batch(2 * dl, "long") - short
-    return extra / dl if extra > 0 else None     # noise outran the difference: no measurement
+def kv_capacity(labels: dict[str, str], kv_blocks: int | None) -> tuple[int, int, str]:
+    """(block size, usable KV blocks, source) from `vllm:cache_config_info`'s labels; `kv_blocks`
+    (--kv-blocks) wins; ProbeError where neither says."""
+    block = labels.get("block_size", "")
+    if not block.isdigit() or int(block) < 1:
+        raise ProbeError("the engine publishes no block_size in vllm:cache_config_info at /metrics "
+                         "(not a vLLM engine, or one too old)")
+    bs = int(block)
+    if kv_blocks is not None:
+        return bs, kv_blocks, "--kv-blocks"
+    blocks = labels.get("num_gpu_blocks", "")
+    if blocks.isdigit() and int(blocks) > 1:
+        return bs, int(blocks) - 1, "vllm:cache_config_info num_gpu_blocks (less vLLM's null block)"
+    tokens = labels.get("kv_cache_size_tokens", "")
+    if tokens.isdigit() and int(tokens) >= 2 * bs:
+        return bs, int(tokens) // bs - 1, "vllm:cache_config_info kv_cache_size_tokens / block_size"
+    raise ProbeError("the engine publishes no KV capacity (vllm:cache_config_info has neither num_gpu_blocks "
+                     "nor kv_cache_size_tokens); pass --kv-blocks N")
+
+
+async def engine_facts(engine: EngineClient, wanted: str | None, kv_blocks: int | None) -> EngineFacts:
+    model, info = await _model(engine, wanted)
+    engine.model = model
+    r = await _get(engine, "/metrics")
+    if r.status_code != 200 or "vllm:" not in r.text:
+        raise ProbeError(f"{engine.base_url}/metrics: HTTP {r.status_code}, no vllm: metrics (not a vLLM engine?)")
+    block, blocks, source = kv_capacity(prometheus_labels(r.text, "vllm:cache_config_info"), kv_blocks)
+    max_len = info.get("max_model_len")
+    if not isinstance(max_len, int) or max_len < 2 * block:
+        raise ProbeError(f"{engine.base_url}/v1/models: model {model!r} has no usable max_model_len ({max_len!r})")
+    stats = await engine.stats()
+    workers = stats.get("tool_workers") if isinstance(stats, dict) else None
+    return EngineFacts(model, max_len, block, blocks, source, workers if isinstance(workers, int) else None,
+                       await _token_space(engine, info))
+
+
+def residuals(samples: Samples, costs: EngineCosts) -> dict[str, Any]:
+    """Each probe next to the fit's prediction, and the fit's relative error (rms and worst)."""
+    pre = [(n, ctx, t, costs.prefill_s(n, ctx)) for n, ctx, t in samples.prefill]
+    dec = [(k, ctx, t, costs.decode_step_at(k, ctx)) for k, ctx, t in samples.decode]
+
+    def rel(rows: list[tuple[int, int, float, float]]) -> dict[str, float]:
+        errs = np.array([p / t - 1 for *_, t, p in rows if t > 0])
+        if not len(errs):
+            return {"rms_rel": 0.0, "max_abs_rel": 0.0}
+        return {"rms_rel": round(float(np.sqrt(np.mean(errs ** 2))), 4),
+                "max_abs_rel": round(float(np.max(np.abs(errs))), 4)}
+
+    return {"prefill": rel(pre), "decode": rel(dec),
+            "prefill_probes": [{"new": n, "ctx": c, "measured_s": round(t, 5), "fit_s": round(p, 5)}
+                               for n, c, t, p in pre],
+            "decode_probes": [{"batch": k, "ctx_sum": c, "measured_step_s": round(t, 6), "fit_step_s": round(p, 6)}
+                              for k, c, t, p in dec]}
+
+
+async def probe(args: argparse.Namespace, progress: Callable[[int], None],
+                step: Callable[[], None]) -> tuple[EngineFacts, ProbePlan, Samples]:
+    """Learn the engine, then run the probe plan on it (`progress(total)` once, `step()` per probe)."""
+    engine = EngineClient(args.url, args.model or "", timeout_s=args.probe_timeout)
+    try:
+        facts = await engine_facts(engine, args.model, args.kv_blocks)
+        metrics = await engine.metrics()
+        busy = metrics.get("vllm:num_requests_running", 0) + metrics.get("vllm:num_requests_waiting", 0)
+        if busy:
+            print(f"{PROG}: warning: the engine has {busy:.0f} request(s) in flight; probes assume an idle "
+                  "engine", file=sys.stderr)
+        plan = ProbePlan.cover(facts.block_size, max_new=args.max_new, max_ctx=args.max_ctx,
+                               max_len=facts.max_model_len, reps=args.reps)
+        progress(plan.count)
+        samples = await calibrate(engine, facts.space, plan, progress=step)
+    except ValueError as e:        # a plan the engine's max length leaves no room for
+        raise ProbeError(str(e)) from None
+    except EngineError as e:
+        raise ProbeError(f"a probe failed: {e}") from None
+    except httpx.HTTPError as e:
+        raise ProbeError(f"{args.url}: a probe failed: {type(e).__name__}: {e}") from None
+    finally:
+        await engine.aclose()
+    return facts, plan, samples
+
+
+def build_profile(args: argparse.Namespace, facts: EngineFacts, costs: EngineCosts) -> Profile:
+    mnbt, mns = DEVICE_DEFAULTS[args.device]
+    workers = args.tool_workers or facts.tool_workers or os.cpu_count() or 1
+    name = args.name or f"calibrated-{Path(facts.model).name}"
+    base = Profile(name=name, kv_blocks=facts.kv_blocks, block_size=facts.block_size,
+                   max_num_batched_tokens=args.max_num_batched_tokens or mnbt, max_num_seqs=args.max_num_seqs or mns,
+                   tool_workers=workers, a=0.0, b=0.0, c=0.0,
+                   description=f"{facts.model} at {args.url}, calibrated {datetime.date.today().isoformat()}")
+    return costs.as_profile(base)
+
+
+def provenance(args: argparse.Namespace, facts: EngineFacts, plan: ProbePlan, samples: Samples,
+               costs: EngineCosts, wall_s: float) -> dict[str, Any]:
+    mnbt, mns = DEVICE_DEFAULTS[args.device]
+    return {
+        "command": "mars-openhands calibrate", "url": args.url, "model": facts.model,
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "host": platform.node(), "wall_s": round(wall_s, 1),
+        "engine": {"max_model_len": facts.max_model_len, "block_size": facts.block_size,
+                   "kv_blocks": facts.kv_blocks, "kv_source": facts.kv_source,
+                   "tool_workers": "--tool-workers" if args.tool_workers else
+                   ("the engine's MARS stats" if facts.tool_workers else "this host's CPU count"),
+                   "scheduler_budgets": "given" if args.max_num_batched_tokens and args.max_num_seqs else
+                   f"vLLM's {args.device} defaults ({mnbt} batched tokens, {mns} sequences) where not given"},
+        "plan": {"prefill_new": plan.new_sizes, "prefill_ctx": plan.ctx_sizes, "decode_len": plan.decode_len,
+                 "decode_batches": sorted({k for k, _, _ in samples.decode}), "reps": plan.reps,
+                 "decode_failed": samples.decode_failed},
+        "costs": dataclasses.asdict(costs),
+        "fit": residuals(samples, costs),
+    }
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=PROG, description=(__doc__ or "").split("\n\n")[0])
+    p.add_argument("--url", required=True, help="the engine's base URL, e.g. http://127.0.0.1:8000")
+    p.add_argument("--model", help="the served model to probe (default: the only one the engine serves)")
+    p.add_argument("--out", type=Path, required=True, metavar="PROFILE.json", help="profile file to write")
+    p.add_argument("--name", help="the profile's name (default: calibrated-<model>)")
+    p.add_argument("--device", choices=sorted(DEVICE_DEFAULTS), default="gpu",
+                   help="which vLLM scheduler defaults the engine runs with, where --max-num-batched-tokens / "
+                        "--max-num-seqs are not given (vLLM does not publish them; default gpu)")
+    p.add_argument("--max-num-batched-tokens", type=positive(int), metavar="N", help="the engine's token budget")
+    p.add_argument("--max-num-seqs", type=positive(int), metavar="N", help="the engine's sequence limit")
+    p.add_argument("--tool-workers", type=positive(int), metavar="N",
+                   help="the host's tool workers (default: the engine's MARS stats, else this host's CPUs)")
+    p.add_argument("--kv-blocks", type=positive(int), metavar="N",
+                   help="usable KV blocks, where the engine does not publish num_gpu_blocks")
+    p.add_argument("--reps", type=positive(int), default=2, help="probe repetitions (default 2)")
+    p.add_argument("--max-new", type=positive(int), default=MAX_PROBE_NEW, metavar="TOKENS",
+                   help=f"largest prefill probe (default {MAX_PROBE_NEW}; within the model's max length)")
+    p.add_argument("--max-ctx", type=positive(int), default=MAX_PROBE_CTX, metavar="TOKENS",
+                   help=f"largest cached context of a probe (default {MAX_PROBE_CTX})")
+    p.add_argument("--probe-timeout", type=positive(float), default=600.0, metavar="S",
+                   help="seconds one probe may take (default 600)")
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    import time
+
+    from tqdm import tqdm
+
+    if not args.url.startswith(("http://", "https://")):
+        raise ProbeError(f"--url: expected http://HOST:PORT or https://..., got {args.url!r}")
+    if args.out.parent and not args.out.parent.is_dir():
+        raise ProbeError(f"--out: directory {args.out.parent} does not exist")
+    t0 = time.monotonic()
+    with tqdm(total=0, desc="calibrate", unit="probe", file=sys.stderr, disable=None, dynamic_ncols=True) as bar:
+        def total(n: int) -> None:
+            bar.total = n
+            bar.refresh()
+        facts, plan, samples = asyncio.run(probe(args, total, lambda: bar.update(1)))
+    try:
+        costs = samples.fit(facts.block_size)
+    except ValueError as e:
+        raise ProbeError(str(e)) from None
+    profile = build_profile(args, facts, costs)
+    doc = provenance(args, facts, plan, samples, costs, time.monotonic() - t0)
+    try:
+        write_profile(args.out, profile, doc)
+    except OSError as e:
+        raise ProbeError(f"--out: cannot write {args.out}: {e.strerror or e}") from None
+    fit = doc["fit"]
+    print(f"{facts.model} at {args.url}: {facts.kv_blocks} KV blocks of {facts.block_size} tokens, "
+          f"{profile.tool_workers} tool workers")
+    print(f"  step s = {profile.a:.3g} + {profile.b:.3g} x prefill tok + {profile.c:.3g} x prefill tok x ctx "
+          f"+ {profile.d:.3g} x decode seq + {profile.e:.3g} x decode ctx tok")
+    print(f"  fit error (rms / worst): prefill {fit['prefill']['rms_rel']:.1%} / {fit['prefill']['max_abs_rel']:.1%}, "
+          f"decode {fit['decode']['rms_rel']:.1%} / {fit['decode']['max_abs_rel']:.1%} over "
+          f"{len(samples.prefill) + len(samples.decode)} probes in {doc['wall_s']:.0f} s"
+          + (f" ({samples.decode_failed} decode probe(s) lost in noise, not fitted)" if samples.decode_failed else ""))
+    print(f"wrote {args.out}; use it as `--profile {args.out}`")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(None if argv is None else list(argv))
+    try:
+        return run(args)
+    except ProbeError as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

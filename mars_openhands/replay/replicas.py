@@ -3,12 +3,10 @@
 One configuration = N `mars-openhands serve` replicas under one policy plus the router in front
 (`mars_openhands.cluster.launch`, as `cluster serve` starts them), replayed through the router:
 
-- `consistent_hash`: session affinity on `X-Session-ID` (`cluster serve --router-policy consistent_hash`);
+one configuration per `--router-policy` choice (`cluster.router`), for example
+- `consistent_hash` or `sticky_least_loaded`: session affinity on `X-Session-ID`;
 - `round_robin`: the router's per-request round robin (what affinity is worth);
-- `program`: stock FCFS replicas behind the router's own agent-aware mode,
-  `--enable-program-scheduling` with programs identified by `X-Session-ID`
-  (`program_scheduling_enable_key: auto`; with the default key only requests carrying
-  `vllm_xargs.agentic_context` are program-scheduled, checked with vllm-router 0.1.17).
+- `program`: stock FCFS replicas behind the router's own agent-aware mode (program scheduling).
 
 The replay client sends `X-Session-ID` on every call and posts each session's events in a POST of
 their own (`events.by_session`), so events follow their session. Calls that fail (a replica died)
@@ -19,7 +17,6 @@ summed (`cluster.stats.aggregate`); engine counters of a killed replica are lost
 """
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,16 +26,10 @@ from typing import Any
 import httpx
 
 from mars_openhands.cluster.launch import Cluster, ClusterSpec
+from mars_openhands.cluster.router import PROGRAM, ROUTER_POLICIES
 from mars_openhands.cluster.stats import aggregate, fetch
 from mars_openhands.procs import free_port
 
-#: `bench-engine --routers` -> (vllm-router --policy, extra router flags).
-ROUTER_SETUPS: dict[str, tuple[str, list[str]]] = {
-    "consistent_hash": ("consistent_hash", []),
-    "round_robin": ("round_robin", []),
-    "program": ("consistent_hash", ["--enable-program-scheduling", "--program-scheduling-config-json",
-                                    json.dumps({"program_scheduling_enable_key": "auto"})]),
-}
 #: The engines' policy behind the router's program scheduling: stock FCFS.
 PROGRAM_POLICY = "fcfs"
 
@@ -55,15 +46,15 @@ class Configuration:
 
 def configurations(policies: list[str], routers: list[str]) -> list[Configuration]:
     """Every policy behind every router; `program` only with stock FCFS engines (once)."""
-    unknown = [r for r in routers if r not in ROUTER_SETUPS]
+    unknown = [r for r in routers if r not in ROUTER_POLICIES]
     if unknown:
-        raise ValueError(f"--routers: unknown router {', '.join(map(repr, unknown))}; "
-                         f"known: {', '.join(ROUTER_SETUPS)}")
+        raise ValueError(f"--router-policy: unknown router policy {', '.join(map(repr, unknown))}; "
+                         f"known: {', '.join(ROUTER_POLICIES)}")
     if not routers or len(set(routers)) != len(routers):
-        raise ValueError(f"--routers: name each router once, got {routers}")
+        raise ValueError(f"--router-policy: name each router policy once, got {routers}")
     out = []
     for router in routers:
-        if router == "program":
+        if router == PROGRAM:
             out.append(Configuration(PROGRAM_POLICY, router))
         else:
             out.extend(Configuration(p, router) for p in policies)
@@ -73,10 +64,9 @@ def configurations(policies: list[str], routers: list[str]) -> list[Configuratio
 def cluster_spec(conf: Configuration, replicas: int, model: Path, log_dir: Path, vllm_flags: list[str],
                  cpu_cores_per_replica: int = 0) -> ClusterSpec:
     """The replicas and router of one configuration, on free ports."""
-    policy, extra = ROUTER_SETUPS[conf.router]
     return ClusterSpec(replicas=replicas, policy=conf.policy, model=model, log_dir=log_dir, port=free_port(),
-                       replica_ports=[free_port() for _ in range(replicas)], router_policy=policy,
-                       vllm_args=list(vllm_flags), router_args=list(extra),
+                       replica_ports=[free_port() for _ in range(replicas)], router_policy=conf.router,
+                       vllm_args=list(vllm_flags),
                        cpu_cores_per_replica=cpu_cores_per_replica)
 
 

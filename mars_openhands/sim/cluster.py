@@ -1,4 +1,4 @@
-"""N simulated replicas behind a router: `run_cluster(...)` (`simulate --replicas N --router R`).
+"""N simulated replicas behind a router: `run_cluster(...)` (`simulate --replicas N --router-policy R`).
 
 A thin shell around the single-engine simulator: N `Engine`s, each with its own `Policy` built from
 the registry, fed by a router model (`routing.py`):

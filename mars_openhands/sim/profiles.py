@@ -14,7 +14,7 @@ One engine step of a batch costs (seconds)
 Decode is memory-bound (weights + KV read, docs/workload.md); prefill is compute-bound (6.6 GFLOP per
 token in the linear layers + attention growing with context), so the two overlap (max). The CPU
 profile has no bandwidth term (W = 0): on two cores everything is compute-bound and additive, the
-same shape as `mars_openhands.replay.calibrate.EngineCosts`, which can re-fit it.
+same shape as `mars_openhands.replay.engine_costs.EngineCosts`, which can re-fit it.
 """
 from __future__ import annotations
 
@@ -125,7 +125,7 @@ PROFILES: dict[str, Profile] = {
     # b, c: 2k prefill = 0.02 + 2048 b + 2048 * 1024 c = 2.96 s with the attention share of an
     # 80M model (32k FLOP per token x context token vs ~150 MFLOP per token); d, e: a batch-16 decode
     # step ~0.1 s, which puts the 16 x 2k/64 run at ~54 s. Re-measured by the engine work
-    # (mars_openhands.replay.calibrate). Kept as fitted (the golden tests pin it); the same engine
+    # (mars_openhands.replay.engine_costs). Kept as fitted (the golden tests pin it); the same engine
     # re-fitted on the current host by `mars-openhands calibrate`: docs/calibration/cpu-small.json.
     "cpu-small": Profile(
         name="cpu-small", kv_blocks=(512 * 1024 * 1024) // (16 * KIB) // 128, block_size=128,

@@ -41,7 +41,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-#: Router models of `--router` (`simulate --replicas N`).
+#: The `--router-policy` choices the simulator models (`simulate --replicas N`).
 ROUTERS = ("consistent_hash", "round_robin", "program", "sticky_least_loaded")
 #: What boundary events the replicas get: the agents' real ones, only inferred tool starts, none.
 EVENT_MODES = ("real", "inferred", "none")
@@ -49,7 +49,8 @@ EVENT_MODES = ("real", "inferred", "none")
 
 def check_router(router: str, events: str = "real") -> None:
     if router not in ROUTERS:
-        raise ValueError(f"unknown router {router!r}; known: {', '.join(ROUTERS)}")
+        raise ValueError(f"the simulator does not model router policy {router!r}; it models "
+                         f"{', '.join(ROUTERS)}")
     if events not in EVENT_MODES:
         raise ValueError(f"unknown events mode {events!r}; known: {', '.join(EVENT_MODES)}")
 

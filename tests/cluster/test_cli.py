@@ -48,6 +48,10 @@ def test_router_command_uses_session_affinity_and_checks_its_policy():
     assert cmd[cmd.index("--prometheus-port") + 1] == "7001" and cmd[-1] == "--enable-program-scheduling"
     with pytest.raises(ValueError, match="router policy 'sticky' unknown"):
         router_command(["http://a:1"], policy="sticky", executable="vllm-router")
+    program = router_command(["http://a:1"], policy="program", extra=["--x"], executable="vllm-router")
+    assert program[program.index("--policy") + 1] == "consistent_hash"
+    assert program[-4:-2] == ["--enable-program-scheduling", "--program-scheduling-config-json"]
+    assert program[-1] == "--x"
     with pytest.raises(ValueError, match="at least one worker"):
         router_command([], executable="vllm-router")
 

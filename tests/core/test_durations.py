@@ -23,6 +23,12 @@ from mars_openhands.core.durations import DurationConfig, DurationPredictor, com
     ("file_editor", "view /repo/a.py", "read"),
     ("file_editor", "str_replace /repo/a.py", "edit"),
     ("terminal", "python reproduce_issue.py", "other"),
+    # recorded SWE-bench runs (evaluation/swebench/runs/tool_stats.py): the workspace path says nothing
+    ("terminal", "cd /w && pytest -rA tests/x.py", "test"),
+    ("terminal", "cd /w && PYTHONWARNINGS=x bin/test -C", "test"),
+    ("terminal", "python -m pip install -e .", "build"),
+    ("terminal", "cd /w/swe-pytest-dev__pytest-1/repo && git status", "read"),
+    ("terminal", "cd /w/swe-pytest-dev__pytest-1/repo && mv a.py b.py", "edit"),
     ("think", None, "other"),
     ("terminal", None, "other"),
 ])

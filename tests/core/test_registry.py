@@ -9,6 +9,7 @@ from mars_openhands.core.chunking import NoShrink, ShrinkToRoom
 from mars_openhands.core.continuum import DynamicTtlRetention, FixedTtlRetention
 from mars_openhands.core.ordering import FcfsOrdering, MlfqOrdering, PlasOrdering, ProgramFcfsOrdering
 from mars_openhands.core.priced import PricedRetention
+from mars_openhands.core.registry import is_mars_variant
 from mars_openhands.core.retention import MinWasteRetention, NoRetention
 from mars_openhands.core.thunderagent import ThunderAgentAdmission
 from mars_openhands.core.victim import ContinuumVictim, LevelBlocksArrivalVictim, NewestVictim
@@ -98,3 +99,12 @@ def test_mars_is_thunderagent_plus_additions_each_removed_by_one_ablation():
     # the additions cover every role in which MARS differs from ThunderAgent
     assert {r for roles in ADDITIONS.values() for r in roles} == {
         r for r in ROLES if type(getattr(mars, r)) is not type(getattr(ta, r))}
+
+
+def test_mars_variants_are_mars_and_its_ablations_by_registration():
+    """MARS and every ablation keep at least one addition (or, `mars-no-admission`, drop the control
+    plane); ThunderAgent, which keeps none, is a baseline like the others."""
+    variants = {n for n in policy_names() if is_mars_variant(n)}
+    assert variants == {"mars", *ADDITIONS, "mars-no-admission"}
+    assert not is_mars_variant("thunderagent") and not is_mars_variant("fcfs")
+    assert not is_mars_variant("mars-clairvoyant-admission")    # not registered: no variant

@@ -1,7 +1,7 @@
 """Cache accounting: shortfalls against what was already computed; the first system prompt is new."""
 from mars_openhands.replay.accounting import account
-from mars_openhands.replay.calibrate import EngineCosts
 from mars_openhands.replay.client import SessionRecord, TurnRecord
+from mars_openhands.replay.engine_costs import EngineCosts
 from mars_openhands.replay.prompts import TurnShape
 from mars_openhands.workload.trace import SessionTrace, Turn
 

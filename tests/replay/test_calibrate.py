@@ -1,108 +1,108 @@
-"""Engine cost fits and ideal latency: known costs are recovered; warm hits follow vLLM's block rule."""
-import asyncio
+"""`mars-openhands calibrate` against the fake engine: the profile it writes, its provenance, the
+KV capacity it reads, and one-line errors for engines it cannot calibrate."""
+import json
 
-import numpy as np
 import pytest
 
-from mars_openhands.replay.calibrate import EngineCosts, ProbePlan, Samples, calibrate, nonneg_lstsq
-from mars_openhands.replay.engine import EngineClient
-from mars_openhands.replay.prompts import TokenSpace, TurnShape
+from mars_openhands import cli
+from mars_openhands.replay import calibrate
+from mars_openhands.replay.engine_costs import EngineCosts, Samples
+from mars_openhands.sim.profile_file import load_profile
+from tests.replay.replay_fake_engine import FakeEngine, ServedFake
 
-TRUE = EngineCosts(block_size=16, prefill_a_s=0.01, prefill_per_token_s=2e-4, prefill_per_token_ctx_s=1e-8,
-                   decode_step_s=0.004, decode_per_seq_s=0.001, decode_per_ctx_token_s=2e-7)
-
-
-def test_fit_recovers_known_costs():
-    rng = np.random.default_rng(0)
-    s = Samples()
-    for n in (16, 128, 512, 1024):
-        for ctx in (0, 256, 2048):
-            s.prefill.append((n, ctx, TRUE.prefill_s(n, ctx) * (1 + rng.normal(0, 0.01))))
-    for k in (1, 2, 4, 8):
-        for ctx in (64, 1024):
-            s.decode.append((k, k * ctx, TRUE.decode_step_at(k, k * ctx) * (1 + rng.normal(0, 0.01))))
-    fit = s.fit(16)
-    assert fit.prefill_per_token_s == pytest.approx(2e-4, rel=0.1)
-    assert fit.decode_per_seq_s == pytest.approx(1e-3, rel=0.15)
-    assert fit.prefill_s(700, 900) == pytest.approx(TRUE.prefill_s(700, 900), rel=0.05)
+FAST = ["--reps", "1", "--max-new", "64", "--max-ctx", "64"]
 
 
-def test_nonneg_lstsq_never_returns_negative_coefficients():
-    x = np.array([[1, 1], [1, 2], [1, 3]], dtype=float)
-    y = np.array([3.0, 2.0, 1.0])        # unconstrained slope would be -1
-    coef = nonneg_lstsq(x, y)
-    assert (coef >= 0).all() and coef[1] == 0 and coef[0] == pytest.approx(2.0)
+@pytest.fixture
+def vllm_like():
+    with ServedFake(FakeEngine(num_gpu_blocks=500, max_model_len=2048)) as engine:
+        yield engine
 
 
-def test_fit_needs_enough_samples():
-    with pytest.raises(ValueError, match="too few"):
-        Samples(prefill=[(1, 0, 0.1)], decode=[(1, 1, 0.1)]).fit(16)
+def test_calibrate_writes_a_profile_the_simulator_loads(vllm_like, tmp_path, capsys):
+    out = tmp_path / "p.json"
+    rc = cli.main(["calibrate", "--url", vllm_like.url, "--out", str(out), "--device", "cpu", *FAST])
+    assert rc == 0
+    profile = load_profile(out)
+    assert profile.name == "calibrated-fake-model"
+    assert (profile.kv_blocks, profile.block_size) == (499, 16)         # vLLM's null block left out
+    assert (profile.max_num_batched_tokens, profile.max_num_seqs) == calibrate.DEVICE_DEFAULTS["cpu"]
+    assert profile.step_s(0, 0, 1, 150) >= 0.0005     # a decode step: the fake sleeps 1 ms per token
+    prov = json.loads(out.read_text())["provenance"]
+    assert prov["url"] == vllm_like.url and prov["model"] == "fake-model" and prov["date"]
+    assert prov["engine"]["kv_source"].startswith("vllm:cache_config_info num_gpu_blocks")
+    fit = prov["fit"]
+    assert len(fit["prefill_probes"]) == len(prov["plan"]["prefill_new"]) * len(prov["plan"]["prefill_ctx"])
+    assert {p["batch"] for p in fit["decode_probes"]} == {1, 2, 4, 8}
+    assert fit["prefill"]["rms_rel"] >= 0 and fit["decode"]["max_abs_rel"] >= fit["decode"]["rms_rel"]
+    printed = capsys.readouterr()
+    assert f"wrote {out}" in printed.out and "fit error" in printed.out
+    assert "request(s) in flight" in printed.err           # the fake always reports a running request
+    ended = {e["session_id"] for e in vllm_like.events if e["type"] == "session_ended"}
+    assert ended and all(sid.startswith("probe/") for sid in ended)
 
 
-@pytest.mark.parametrize("prompt, reusable, hit", [(100, 72, 64), (64, 64, 48), (100, 0, 0), (40, 200, 32)])
-def test_warm_hit_counts_full_blocks_and_never_the_last_token(prompt, reusable, hit):
-    assert TRUE.warm_hit(TurnShape(prompt, reusable, 8)) == hit
+def test_given_budgets_and_tool_workers_win(vllm_like, tmp_path):
+    out = tmp_path / "p.json"
+    assert calibrate.main(["--url", vllm_like.url, "--out", str(out), "--max-num-batched-tokens", "4096",
+                       "--max-num-seqs", "64", "--tool-workers", "7", "--name", "mine", *FAST]) == 0
+    p = load_profile(out)
+    assert (p.name, p.max_num_batched_tokens, p.max_num_seqs, p.tool_workers) == ("mine", 4096, 64, 7)
 
 
-def test_ideal_turn_and_session():
-    shape = TurnShape(prompt_tokens=100, reusable_tokens=72, output_tokens=8)
-    expect = TRUE.prefill_s(36, 64) + 7 * TRUE.decode_step_at(1, 104)
-    assert TRUE.turn_s(shape) == pytest.approx(expect)
-    assert TRUE.session_ideal_s([shape, shape], 2.5) == pytest.approx(2 * expect + 2.5)
+def test_kv_blocks_fall_back_to_the_flag_or_fail_clearly(tmp_path, capsys):
+    with ServedFake(FakeEngine(max_model_len=2048)) as engine:     # no num_gpu_blocks published
+        assert calibrate.main(["--url", engine.url, "--out", str(tmp_path / "a.json"), *FAST]) == 2
+        assert "pass --kv-blocks N" in capsys.readouterr().err
+        assert calibrate.main(["--url", engine.url, "--out", str(tmp_path / "b.json"), "--kv-blocks", "77", *FAST]) == 0
+    assert load_profile(tmp_path / "b.json").kv_blocks == 77
 
 
-def test_calibrate_runs_the_planned_probes_against_an_engine(fake_engine):
-    plan = ProbePlan.cover(block_size=16, max_new=64, max_ctx=64, max_len=4096, reps=1)
-    ticks = []
-
-    async def main():
-        engine = EngineClient(fake_engine.url, "fake")
-        try:
-            return await calibrate(engine, TokenSpace.from_vocab(300, {0}), plan, progress=lambda: ticks.append(1))
-        finally:
-            await engine.aclose()
-    s = asyncio.run(main())
-    assert len(ticks) == plan.count == len(s.prefill) + len(s.decode)
-    # the warmed prefix was served from the (fake) cache: prefill samples carry the reported hit
-    assert any(ctx > 0 for _, ctx, _ in s.prefill)
-    assert {k for k, _, _ in s.decode} == {1, 2, 4, 8}
-    ended = [e for e in fake_engine.events if e["type"] == "session_ended"]
-    assert ended and all(e["reason"] == "calibration" for e in ended)
-    assert s.fit(16).decode_step_at(1, 10) > 0
+@pytest.mark.parametrize("labels, flag, expected", [
+    ({"block_size": "128", "num_gpu_blocks": "244"}, None, (128, 243)),
+    ({"block_size": "128", "num_gpu_blocks": "None", "kv_cache_size_tokens": "31232"}, None, (128, 243)),
+    ({"block_size": "16", "num_gpu_blocks": "100"}, 9, (16, 9)),
+])
+def test_kv_capacity_from_cache_config_labels(labels, flag, expected):
+    assert calibrate.kv_capacity(labels, flag)[:2] == expected
 
 
-@pytest.mark.parametrize("max_len", [512, 1408, 40000])
-def test_probe_plan_stays_within_the_model_length(max_len):
-    plan = ProbePlan.cover(128, max_new=3000, max_ctx=30000, max_len=max_len)
-    longest = max(plan.ctx_sizes) + max(max(plan.new_sizes), 128 + 2 * plan.decode_len)
-    assert longest < max_len
-    assert max(plan.new_sizes) <= 2048 and max(plan.ctx_sizes) <= 8192
-    assert plan.decode_len == min(128, max_len // 16)
+def test_kv_capacity_without_block_size_is_not_vllm():
+    with pytest.raises(calibrate.ProbeError, match="no block_size"):
+        calibrate.kv_capacity({}, None)
 
 
-def test_probe_plan_refuses_a_model_length_without_room():
-    with pytest.raises(ValueError, match="no room"):
-        ProbePlan.cover(128, max_new=100, max_ctx=100, max_len=200)
+def test_residuals_compare_each_probe_with_the_fit():
+    costs = EngineCosts(16, 0.01, 1e-3, 0.0, 0.002, 0.001, 0.0)
+    s = Samples(prefill=[(100, 0, costs.prefill_s(100, 0) * 1.1)], decode=[(2, 50, costs.decode_step_at(2, 50))])
+    r = calibrate.residuals(s, costs)
+    assert r["prefill"]["rms_rel"] == pytest.approx(1 - 1 / 1.1, abs=1e-3)
+    assert r["decode"] == {"rms_rel": 0.0, "max_abs_rel": 0.0}
+    assert r["prefill_probes"][0]["new"] == 100
 
 
-def test_a_decode_probe_lost_in_noise_is_counted_and_not_fitted():
-    s = Samples()
-    s.add_decode(2, 512, 0.004)
-    s.add_decode(4, 1024, None)          # the long run did not outlast the short one
-    assert s.decode == [(2, 512, 0.004)] and s.decode_failed == 1
+@pytest.mark.parametrize("engine, argv, message", [
+    (None, ["--url", "http://127.0.0.1:9"], "cannot connect to http://127.0.0.1:9/v1/models"),
+    (None, ["--url", "localhost:8000"], "--url: expected http://HOST:PORT"),
+    (FakeEngine(num_gpu_blocks=10, max_model_len=2048, vllm_metrics=False), [],
+     "no vllm: metrics (not a vLLM engine?)"),
+    (FakeEngine(num_gpu_blocks=10), [], "has no usable max_model_len"),
+    (FakeEngine(num_gpu_blocks=10, max_model_len=2048), ["--model", "other"],
+     "--model: the engine does not serve 'other'; it serves fake-model"),
+])
+def test_engines_that_cannot_be_calibrated_get_one_line(engine, argv, message, tmp_path, capsys):
+    def run(url_args):
+        return calibrate.main([*url_args, *argv, "--out", str(tmp_path / "p.json"), *FAST])
+    if engine is None:
+        rc = run([])
+    else:
+        with ServedFake(engine) as served:
+            rc = run(["--url", served.url])
+    err = capsys.readouterr().err
+    assert rc == 2 and message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "p.json").exists()
 
 
-def test_batches_are_probed_after_no_context_and_after_the_longest(fake_engine):
-    plan = ProbePlan.cover(block_size=16, max_new=64, max_ctx=64, max_len=4096, reps=1)
-
-    async def main():
-        engine = EngineClient(fake_engine.url, "fake")
-        try:
-            return await calibrate(engine, TokenSpace.from_vocab(300, {0}), plan)
-        finally:
-            await engine.aclose()
-    s = asyncio.run(main())
-    per_batch = {k: sorted(c for kk, c, _ in s.decode if kk == k) for k in (2, 4, 8)}
-    dl = plan.decode_len
-    for k, sums in per_batch.items():    # per sequence and per context token apart
-        assert sums == [k * (16 + dl + dl // 2), k * (max(plan.ctx_sizes) + 16 + dl + dl // 2)]
+def test_out_directory_must_exist(vllm_like, tmp_path, capsys):
+    assert calibrate.main(["--url", vllm_like.url, "--out", str(tmp_path / "no" / "p.json"), *FAST]) == 2
+    assert "--out: directory" in capsys.readouterr().err

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from mars_openhands.cluster.router import RouterError, router_executable
+from mars_openhands.cluster.router import RouterError, router_command, router_executable
 from mars_openhands.replay.bench import main as bench_main
 from mars_openhands.replay.replicas import (
     Configuration,
@@ -64,17 +64,19 @@ def test_configurations_pair_program_scheduling_with_stock_fcfs_only():
     confs = configurations(["mars", "fcfs"], ["consistent_hash", "round_robin", "program"])
     assert [c.label for c in confs] == ["mars@consistent_hash", "fcfs@consistent_hash", "mars@round_robin",
                                         "fcfs@round_robin", "fcfs@program"]
-    with pytest.raises(ValueError, match="unknown router 'sticky'"):
+    with pytest.raises(ValueError, match="unknown router policy 'sticky'"):
         configurations(["mars"], ["sticky"])
+    assert [c.label for c in configurations(["mars"], ["sticky_least_loaded"])] == ["mars@sticky_least_loaded"]
     with pytest.raises(ValueError, match="once"):
         configurations(["mars"], ["round_robin", "round_robin"])
 
 
 def test_cluster_spec_of_program_scheduling_identifies_programs_by_session_header(tmp_path):
     spec = cluster_spec(Configuration("fcfs", "program"), 2, tmp_path, tmp_path / "logs", ["--x", "1"], 1)
-    assert spec.router_policy == "consistent_hash" and spec.policy == "fcfs"
-    assert "--enable-program-scheduling" in spec.router_args
-    conf = json.loads(spec.router_args[spec.router_args.index("--program-scheduling-config-json") + 1])
+    assert spec.router_policy == "program" and spec.policy == "fcfs"
+    cmd = router_command(["http://a:1"], policy=spec.router_policy, executable="vllm-router")
+    assert cmd[cmd.index("--policy") + 1] == "consistent_hash" and "--enable-program-scheduling" in cmd
+    conf = json.loads(cmd[cmd.index("--program-scheduling-config-json") + 1])
     assert conf == {"program_scheduling_enable_key": "auto"}
     assert len({spec.port, *spec.replica_ports}) == 3 and spec.vllm_args == ["--x", "1"]
     assert spec.replica_env(1) == {"VLLM_CPU_OMP_THREADS_BIND": "1-1"}
@@ -132,8 +134,8 @@ def test_metrics_of_replicas_are_summed_and_unreachable_ones_skipped():
 
 
 @pytest.mark.parametrize("argv,message", [
-    (["--routers", "round_robin"], "need --replicas 2"),
-    (["--replicas", "2", "--routers", "sticky"], "unknown router 'sticky'"),
+    (["--router-policy", "round_robin"], "need --replicas 2"),
+    (["--replicas", "2", "--router-policy", "sticky"], "unknown router policy 'sticky'"),
 ])
 def test_bench_refuses_bad_replica_options(tmp_path, capsys, argv, message):
     model = tmp_path / "m"

@@ -123,20 +123,29 @@ def test_events_modes_change_what_the_replicas_policies_hear():
 @pytest.mark.parametrize("router,events,wrong", [("least_loaded", "real", "least_loaded"),
                                                  ("consistent_hash", "some", "some")])
 def test_bad_router_or_events_names_are_refused(router, events, wrong):
-    with pytest.raises(ValueError, match=f"unknown .*'{wrong}'.*known"):
+    with pytest.raises(ValueError, match=f"'{wrong}'; (known|it models)"):
         run_cluster(_tiny_sessions(2), TINY, "fcfs", replicas=2, router=router, events=events)
 
 
 def test_the_cli_refuses_a_bad_router_name(tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        cli_main(["simulate", "--synthetic", "2", "--profile", H200, "--policies", "fcfs",
+                  "--replicas", "2", "--router-policy", "sticky", "--out", str(tmp_path)])
+    assert e.value.code == 2 and "invalid choice: 'sticky'" in capsys.readouterr().err
+
+
+def test_the_cli_names_the_router_policies_the_simulator_models(tmp_path, capsys):
+    """`cluster serve`'s choices are the simulator's too; one it has no model of is refused by name."""
     rc = cli_main(["simulate", "--synthetic", "2", "--profile", H200, "--policies", "fcfs",
-                   "--replicas", "2", "--router", "sticky", "--out", str(tmp_path)])
+                   "--replicas", "2", "--router-policy", "random", "--out", str(tmp_path)])
     assert rc == 2
-    assert "unknown router 'sticky'; known: consistent_hash, round_robin, program" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "does not model router policy 'random'; it models consistent_hash, round_robin, program" in err
 
 
 def test_the_cli_writes_what_the_router_did(tmp_path, capsys):
     rc = cli_main(["simulate", "--synthetic", "4", "--rate", "1", "--profile", H200, "--policies", "fcfs",
-                   "--replicas", "2", "--router", "program", "--out", str(tmp_path)])
+                   "--replicas", "2", "--router-policy", "program", "--out", str(tmp_path)])
     assert rc == 0
     out = capsys.readouterr().out
     assert "routing: 2 replicas, router program, events real" in out

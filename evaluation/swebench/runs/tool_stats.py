@@ -6,13 +6,14 @@
         --retime runs/trace.jsonl --out runs/trace-measured-tools.jsonl
 
 Reads each run's `trace.jsonl` (mars-trace/1: every turn's tool, command and duration) and prints
-two markdown tables: durations by what the command does (file view or edit, search, tests, pip,
-git, other) and the shares and quantiles of the synthetic generator's classes (fast < 1 s, medium
-1-30 s, slow > 30 s) next to its calibration (`mars_openhands/workload/synthetic.py`).
+two markdown tables: durations by what the command does (the policy core's command classes,
+`mars_openhands.core.durations.COMMAND_CLASSES`: test, build, read, edit, other) and the shares and
+quantiles of the synthetic generator's classes (fast < 1 s, medium 1-30 s, slow > 30 s) next to its
+calibration (`mars_openhands/workload/synthetic.py`).
 
 `--retime` is the re-fit as a what-if: the generator's sessions (turns, prompts, outputs, which
 command each call runs) stay, and every call whose command class was measured gets a duration drawn
-from that class's measured durations (classes never measured, e.g. pip, keep the generator's), so
+from that class's measured durations (classes never measured, e.g. build, keep the generator's), so
 the simulator can compare policies under both tool-time laws on the same sessions.
 """
 
@@ -21,35 +22,19 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import random
-import re
 import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 
 import numpy as np
 
-from mars_openhands.core.durations import TOOL_P50_S, TOOL_P90_S, TOOL_P99_S
+from mars_openhands.core.durations import TOOL_P50_S, TOOL_P90_S, TOOL_P99_S, command_class
 from mars_openhands.workload.synthetic import FAST_MAX_S, SLOW_MIN_S, TOOL_MIX
 from mars_openhands.workload.trace import SessionTrace, read_trace, write_trace
 
 #: The synthetic generator's calibration (TraceLab's 432k calls): class shares and overall quantiles.
 CALIBRATION = {**dict(zip(("fast", "medium", "slow"), TOOL_MIX)),
                "p50": TOOL_P50_S, "p90": TOOL_P90_S, "p99": TOOL_P99_S}
-_CLASSES = (("tests", r"\bpytest\b|\bbin/test\b|\btox\b|\bunittest\b"), ("pip", r"\bpip\b"),
-            ("search", r"\bgrep\b|\bfind\b|\brg\b"), ("git", r"\bgit\b"))
-
-
-def command_class(tool: str, command: str) -> str:
-    """What a call does, from its tool and command text (first match: tests before pip before search)."""
-    if tool == "file_editor":
-        return "file view" if command.startswith("view") else "file edit"
-    if tool != "terminal":
-        return tool
-    command = re.sub(r"^\s*cd\s+\S+\s*&&\s*", "", command)  # the workspace path says nothing (".../pytest-...")
-    for name, pattern in _CLASSES:
-        if re.search(pattern, command):
-            return name
-    return "other"
 
 
 def duration_class(seconds: float) -> str:
@@ -64,7 +49,7 @@ def durations(run_dirs: list[Path]) -> list[tuple[str, float]]:
         if not path.is_file():
             raise FileNotFoundError(f"{path}: no recorded trace (run the SWE-bench driver first)")
         for session in read_trace(path):
-            out += [(command_class(t.tool.name, t.tool.command or ""), t.tool.duration_s)
+            out += [(command_class(t.tool.name, t.tool.command), t.tool.duration_s)
                     for t in session.turns if t.tool is not None]
     return out
 
@@ -81,7 +66,7 @@ def retime(sessions: list[SessionTrace], calls: list[tuple[str, float]],
     for s in sessions:
         turns = []
         for t in s.turns:
-            cls = command_class(t.tool.name, t.tool.command or "") if t.tool is not None else ""
+            cls = command_class(t.tool.name, t.tool.command) if t.tool is not None else ""
             if t.tool is not None and cls in measured:
                 redrawn[cls] += 1
                 t = dataclasses.replace(t, tool=dataclasses.replace(t.tool, duration_s=rng.choice(measured[cls])))

@@ -9,7 +9,7 @@ from mars_openhands.workload.trace import SessionTrace, ToolCall, Turn, read_tra
 
 pytestmark = pytest.mark.agent
 
-CALLS = [("tests", 5.0), ("tests", 7.0), ("file view", 0.01)]
+CALLS = [("test", 5.0), ("test", 7.0), ("read", 0.01)]
 
 
 def _session() -> SessionTrace:
@@ -25,7 +25,7 @@ def test_measured_classes_are_redrawn_and_the_rest_is_kept():
     assert tests.tool.duration_s in (5.0, 7.0) and tests.tool.cpu_cores == 1.0
     assert pip.tool.duration_s == 300.0 and view.tool.duration_s == 0.01 and final.tool is None
     assert [t.input_tokens for t in out.turns] == [t.input_tokens for t in _session().turns]
-    assert redrawn == {"tests": 1, "file view": 1} and out.source == "synthetic tools=measured"
+    assert redrawn == {"test": 1, "read": 1} and out.source == "synthetic tools=measured"
     assert tool_stats.retime([_session()], CALLS, seed=1)[0] == [out]  # seeded
 
 
@@ -36,7 +36,7 @@ def test_cli_writes_the_retimed_trace_and_refuses_half_the_flags(tmp_path, capsy
     write_trace(run / "trace.jsonl", [measured])
     write_trace(tmp_path / "gen.jsonl", [_session()])
     assert tool_stats.main([str(run), "--retime", str(tmp_path / "gen.jsonl"), "--out", str(tmp_path / "o.jsonl")]) == 0
-    assert "1 of 3 tool calls redrawn from the measurements (tests 1)" in capsys.readouterr().out
+    assert "1 of 3 tool calls redrawn from the measurements (test 1)" in capsys.readouterr().out
     (s,) = read_trace(tmp_path / "o.jsonl")
     assert s.turns[0].tool.duration_s == 9.0 and s.turns[1].tool.duration_s == 300.0
     assert tool_stats.main([str(run), "--retime", str(tmp_path / "gen.jsonl")]) == 2
