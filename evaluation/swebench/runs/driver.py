@@ -77,6 +77,7 @@ class DriverConfig:
     model_name: str = "mars-openhands"
     metadata: JSONDict = field(default_factory=dict)
     progress: bool = True
+    input_hashes: dict[str, str] | None = None  # instance id -> what it is run from (None: not checked)
 
 
 @dataclass
@@ -84,6 +85,7 @@ class RunSummary:
     run_dir: Path
     attempted: int = 0
     skipped: int = 0
+    rerun: int = 0                    # finished before from another input: run again
     resolved: int = 0
     failed: int = 0
     interrupted: bool = False
@@ -233,7 +235,8 @@ class Driver(Generic[W]):
             history=history, metrics=outcome.metrics if outcome else {}, trace=_record_trace(idir),
             instruction=instruction, conversation_id=outcome.conversation_id if outcome else None,
             token_usage=TokenUsage.from_metrics(outcome.metrics) if outcome else None,
-            engine_turns=turns, report=report)
+            engine_turns=turns, report=report,
+            input_hash=(self.config.input_hashes or {}).get(iid))
 
     # ---- the run -----------------------------------------------------------------------------
 
@@ -257,9 +260,11 @@ class Driver(Generic[W]):
     def run(self, instances: list[SweInstance]) -> RunSummary:
         """Run every instance not finished in this run directory yet."""
         t0 = time.time()
-        finished = self.files.finished_ids()
+        hashes = self.config.input_hashes
+        finished = self.files.finished_ids(hashes)
         todo = [i for i in instances if i.instance_id not in finished]
-        summary = RunSummary(self.config.run_dir, skipped=len(instances) - len(todo))
+        summary = RunSummary(self.config.run_dir, skipped=len(instances) - len(todo),
+                             rerun=len(self.files.changed_ids(hashes)) if hashes is not None else 0)
         self.files.write_metadata(self.config.metadata)
         self.files.prepare_resume(i.instance_id for i in todo)
         if not todo:

@@ -131,9 +131,13 @@ def test_an_agent_run_with_nothing_left_to_do_starts_no_engine(monkeypatch, tmp_
     monkeypatch.setattr(run, "EngineProcess", NoEngine)
     args = ["--mode", "offline", "--instances", "marsbench__ttlcache-8", "--out", str(tmp_path / "r"), "--no-progress"]
     assert run.main(args) == 2 and starts == ["mars"]  # the folder is claimed before the engine starts
-    RunFiles(tmp_path / "r").append(RunRecord("marsbench__ttlcache-8", "oracle", "offline", "", None, "finished",
-                                              Timings(0.0, 1.0, 1.0, 1.0),
-                                              report={"status": "resolved", "resolved": True}), "m")
+    from evaluation.swebench.taskrepo.tasks import load_instances
+
+    instance, = load_instances(["marsbench__ttlcache-8"])
+    record = RunRecord("marsbench__ttlcache-8", "oracle", "offline", "", None, "finished", Timings(0.0, 1.0, 1.0, 1.0),
+                       report={"status": "resolved", "resolved": True},
+                       input_hash=run.agent_input(instance, "mars", str(run.REPO / "models" / "tiny"), "oracle"))
+    RunFiles(tmp_path / "r").append(record, "m")
     capsys.readouterr()
     assert run.main(args) == 0 and starts == ["mars"]
     out, err = capsys.readouterr()
@@ -143,10 +147,8 @@ def test_an_agent_run_with_nothing_left_to_do_starts_no_engine(monkeypatch, tmp_
     assert run.main([*args, "--policy", "fcfs"]) == 2 and starts == ["mars"]
     assert "holds another run" in capsys.readouterr().err
     # --resume may add instances, not change the policy: refused before an engine starts too
-    metadata = {"mode": "offline", "harness": "oracle", "policy": "mars", "model": str(ROOT / "models" / "tiny")}
-    (tmp_path / "r" / "metadata.json").write_text(json.dumps(metadata))
     assert run.main([*args, "--policy", "fcfs", "--resume"]) == 2 and starts == ["mars"]
-    assert "different policy ('mars' != 'fcfs')" in capsys.readouterr().err
+    assert "other inputs (policy: mars there, fcfs now)" in capsys.readouterr().err
 
 
 def test_an_agent_run_in_which_every_instance_failed_exits_non_zero(tmp_path, capsys):
