@@ -15,6 +15,7 @@ the patch, the dataset record, the policy, the model) is the one recorded with i
 
 from __future__ import annotations
 
+import argparse
 import fnmatch
 import hashlib
 import json
@@ -47,10 +48,16 @@ class RunSpec:
     inputs: tuple[str, ...] = ()                     # identity fields RESUME may not change
     writes: tuple[str, ...] = ()                     # top-level names (glob patterns) the command writes
     parts: tuple[str, ...] = field(default=())       # sub folders that are runs of this run's own
+    resumable: bool = True                           # False: the command has no --resume (it re-runs all)
 
     def to_json(self) -> dict[str, Any]:
         return {"format": FORMAT, "command": self.command, "run": dict(self.identity), "inputs": list(self.inputs),
                 "writes": list(self.writes), "parts": list(self.parts)}
+
+
+def args_identity(args: argparse.Namespace, skip: tuple[str, ...] = ("out", "resume", "replace")) -> dict[str, Any]:
+    """A command's arguments as its run's identity (paths as text; the folder options left out)."""
+    return {k: v for k, v in json.loads(json.dumps(vars(args), default=str)).items() if k not in skip}
 
 
 def input_hash(**parts: Any) -> str:
@@ -99,6 +106,8 @@ def _names(items: list[str]) -> str:
 
 
 def _value(v: Any) -> str:
+    if v is None:
+        return "none"
     if isinstance(v, list):
         return ",".join(map(str, v)) or "none"
     return str(v)
@@ -171,10 +180,10 @@ def claim(folder: Path, spec: RunSpec, *, resume: bool = False, replace: bool = 
         keys = list(dict.fromkeys([*old.identity, *spec.identity]))
         differ = [k for k in keys if old.identity.get(k) != spec.identity.get(k)]
         if differ and not resume:
+            what = f"{flag('--resume')} to continue it, " if spec.resumable else ""
             raise RunFolderError(
                 f"{flag('--out', folder)} holds another run ({_differences(old.identity, spec.identity, differ)}); "
-                f"pass {flag('--resume')} to continue it, {flag('--replace')} to delete it and start again, or "
-                f"another {flag('--out', 'DIR')}")
+                f"pass {what}{flag('--replace')} to delete it and start again, or another {flag('--out', 'DIR')}")
         fixed = [k for k in differ if k in spec.inputs]
         if fixed:
             raise RunFolderError(
