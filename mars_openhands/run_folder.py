@@ -130,7 +130,8 @@ def check_replaceable(folder: Path, current: RunSpec) -> None:
     spec = read_spec(folder)
     runs = [p for p in run_folders(folder)]
     if spec is None:
-        held = f"; it holds run folders: {_names([str(p) for p in runs])} (pass one of them)" if runs else ""
+        held = (f"; it holds run folders: {_names([str(p) for p in runs])} (pass one of them as "
+                f"{flag('--out', 'DIR')})") if runs else ""
         raise RunFolderError(f"{flag('--replace')}: {folder} is not a run's folder (no {RUN_FILE}){held}; "
                              "nothing is deleted")
     writes = spec.writes or current.writes
