@@ -21,6 +21,7 @@ import argparse
 import json
 import os
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -86,12 +87,15 @@ def summarize(results: list[GradeResult], run_id: str, model: str, total: int,
 def run(selection: Selection, model: str, run_id: str, log_root: Path, workers: int, timeout: float,
         done: Callable[[GradeResult], None] = lambda r: None) -> list[GradeResult]:
     """Grade the selected instances' patches; `done` gets each result as it comes. Ctrl-C kills the
-    eval scripts in flight and cancels the rest before it propagates."""
+    eval scripts in flight (their gradings, cut short, are not passed to `done`: not run) and
+    cancels the rest before it propagates."""
+    stopped = threading.Event()
 
     def one(instance: SweInstance) -> GradeResult:
         result = grade(instance, selection.patches[instance.instance_id], model_name=model,
                        log_dir=log_root / run_id / model / instance.instance_id, timeout=timeout)
-        done(result)
+        if not (stopped.is_set() and result.status == ERROR):
+            done(result)
         return result
 
     pool = ThreadPoolExecutor(max_workers=max(1, workers))
@@ -99,6 +103,7 @@ def run(selection: Selection, model: str, run_id: str, log_root: Path, workers: 
         return list(tqdm(pool.map(one, selection.instances), total=len(selection.instances), desc="grading",
                          unit="task"))
     except BaseException:
+        stopped.set()
         pool.shutdown(wait=False, cancel_futures=True)
         kill_running_evals()
         raise

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from evaluation.swebench import inputs
 from evaluation.swebench.grading import grade_log
 from evaluation.swebench.grading.evaluate import summarize
-from evaluation.swebench.grading.grading import GradeResult
+from evaluation.swebench.grading.grading import ERROR, GradeResult
 from evaluation.swebench.grading.selection import Selection, select
 from evaluation.swebench.records import SweInstance
 from evaluation.swebench.runs import outcomes, run_dirs
@@ -52,6 +52,7 @@ def grade_predictions(args: argparse.Namespace, dataset: str, instances: list[Sw
                       backend: LocalBackend) -> int:
     """Grade, print the table and the closing line; 1 when no instance could be graded, 130 when
     interrupted (what was graded is kept, the closing line counts the rest as not run)."""
+    from evaluation.swebench.workspaces.local_env import stopping
     from evaluation.swebench.workspaces.local_harness import counts, grade_all
 
     chosen, model = patches_to_grade(args, dataset, instances)
@@ -72,6 +73,8 @@ def grade_predictions(args: argparse.Namespace, dataset: str, instances: list[Sw
     graded: dict[str, GradeResult] = {}
 
     def record(result: GradeResult) -> None:
+        if stopping() and result.status == ERROR:  # cut short by Ctrl-C: not run, graded on resume
+            return
         log.record(result)
         graded[result.instance_id] = result
 

@@ -36,6 +36,7 @@ from evaluation.swebench.runs.engine_stats import StatsSampler
 from evaluation.swebench.workspaces.isolation import TmuxScope
 from evaluation.swebench.agents.llm_proxy import OracleProxy
 from evaluation.swebench.agents.oracle import ORACLE_LABEL, Oracle, plan_trajectory
+from evaluation.swebench.runs.outcomes import INTERRUPTED
 from evaluation.swebench.runs.outputs import RunFiles
 from evaluation.swebench.agents.prompt import render_instruction
 from evaluation.swebench.records import EngineTurn, JSONDict, RunRecord, SweInstance, Timings, TokenUsage
@@ -215,15 +216,15 @@ class Driver(Generic[W]):
             self.proxy.unregister(iid)
         (idir / "patch.diff").write_text(patch)
         report: JSONDict | None = None
-        if self.stop.is_set():  # not graded: the error makes a re-run take it up again
-            error = error or "interrupted before grading"
+        if self.stop.is_set():  # not graded: the error makes a re-run take it up again (counted as not run)
+            error = f"{INTERRUPTED} before grading" + (f" ({error})" if error else "")
         else:
             try:
                 report = self.backend.grade(instance, patch, idir / "eval")
             except Exception as e:  # noqa: BLE001
                 report = {"status": "error", "error": f"{type(e).__name__}: {e}"}
             if self.stop.is_set():  # Ctrl-C killed the grading's builds or tests: not the patch's result
-                report, error = None, error or "interrupted while grading"
+                report, error = None, f"{INTERRUPTED} while grading" + (f" ({error})" if error else "")
         if workspace is not None:
             self.backend.remove_workspace(workspace)
         history = outcome.history if outcome else []

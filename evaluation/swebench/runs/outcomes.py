@@ -2,7 +2,8 @@
 
 Outcomes: `resolved`, `unresolved`, `empty` (no patch), `error` (the agent failed, or the patch
 could not be graded), and `ungraded` (a finished agent run without grading: `--no-grade`, or full
-mode, where the swebench harness grades afterwards); an interrupted run's rest is `not run`; a
+mode, where the swebench harness grades afterwards); an interrupted run's rest, and the instances
+the interrupt cut short, are `not run`; a
 selected instance without a prediction is `missing` (`grading/selection.py`). A run or grading in
 which every instance it ran ended in `error` exits 1: nothing could be run or graded.
 """
@@ -16,13 +17,16 @@ from evaluation.swebench.grading.grading import EMPTY, ERROR, RESOLVED, UNRESOLV
 from evaluation.swebench.records import RunRecord
 
 UNGRADED, NOT_RUN, MISSING = "ungraded", "not run", "missing"
+#: how the driver's error of an instance the interrupt cut short begins: it counts as not run
+INTERRUPTED = "interrupted"
 OUTCOMES = (RESOLVED, UNRESOLVED, EMPTY, ERROR)
 
 
 def of_record(record: RunRecord) -> str:
-    """An agent run's outcome: its error, else its grading's status."""
+    """An agent run's outcome: its error (not run when the interrupt cut it short), else its grading's
+    status."""
     if record.error:
-        return ERROR
+        return NOT_RUN if record.error.startswith(INTERRUPTED) else ERROR
     if record.report is None:
         return UNGRADED
     status = record.report.get("status")
