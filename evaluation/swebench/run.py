@@ -176,8 +176,8 @@ def _local(args: argparse.Namespace, ids: list[str] | None) -> tuple[list[SweIns
     problems: list[str] = []
     dataset = local_dataset(args)
     if not dataset:
-        problems.append(f"--mode local needs --dataset FILE (a SWE-bench .json/.jsonl/.parquet in the hub's "
-                        f"layout) or ${DATASET_ENV}")
+        problems.append(f"--mode local needs {flag('--dataset', 'FILE')} (a SWE-bench .json/.jsonl/.parquet in "
+                        f"the hub's layout) or ${DATASET_ENV}")
     elif not Path(dataset).is_file():
         problems.append(f"--dataset {dataset}: no such file (local mode reads a dataset file, not the hub)")
     sources, instances, tables = None, [], None
