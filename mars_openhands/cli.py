@@ -28,6 +28,7 @@ from mars_openhands.cli_args import (
     synthetic_config,
 )
 from mars_openhands.cluster.router import ROUTER_POLICIES
+from mars_openhands.run_folder import RunFolderError, RunSpec, args_identity, claim
 
 if TYPE_CHECKING:
     from mars_openhands.results import RunResult
@@ -84,7 +85,10 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--alpha", type=positive(float), default=3.0, help="goodput threshold, x ideal (default 3)")
     sim.add_argument("--sweep-rates", type=float_list(), metavar="R1,R2,...",
                      help="load sweep: one run per rate, DIR/rate-R/summary.json + DIR/sweep.json")
-    sim.add_argument("--out", type=Path, required=True, metavar="DIR", help="output directory")
+    sim.add_argument("--out", type=Path, required=True, metavar="DIR",
+                     help="the run folder: new or empty, or holding this same simulation (re-run in place); "
+                          "the rule of every run folder: docs/swebench.md#run-folders")
+    sim.add_argument("--replace", action="store_true", help="delete the run folder --out (another simulation's) first")
     rep = sim.add_argument_group("replicas behind a router (see mars_openhands/sim/cluster.py)")
     rep.add_argument("--replicas", type=positive(int), default=1,
                      help="engines, each with --tool-workers and --kv-blocks of its own (default 1)")
@@ -142,6 +146,23 @@ def _out_dir(path: Path) -> Path:
     except OSError as e:
         raise CliError(f"--out: cannot create directory {path}: {e.strerror or e}") from None
     return path
+
+
+#: what `simulate` writes at the top of its folder (a sweep: one rate-R folder per rate)
+SIMULATE_WRITES = ("summary.json", "trace.jsonl", "table.md", "e2e_cdf.png", "timeline-*.png", "routing.json",
+                   "sweep.json", "sweep.md", "latency_vs_load.png", "rate-*")
+
+
+def _claim(args: argparse.Namespace) -> Path:
+    """`--out` under the rule of every run folder (mars_openhands/run_folder.py)."""
+    spec = RunSpec("simulate", args_identity(args), writes=SIMULATE_WRITES, resumable=False)
+    try:
+        claim(args.out, spec, replace=args.replace)
+    except RunFolderError as e:
+        raise CliError(str(e)) from None
+    except OSError as e:
+        raise CliError(f"--out: cannot create directory {args.out}: {e.strerror or e}") from None
+    return args.out
 
 
 def _run_point(sessions: list[SessionTrace], trace_label: str, profile_name: str, profile: Profile,
@@ -212,7 +233,7 @@ def simulate(args: argparse.Namespace) -> int:
     if (args.replicas, args.router_policy, args.events) != (1, "consistent_hash", "real"):
         run_simulation = _cluster_simulator(args, routing)
     profile = _profile(args.profile, profiles)
-    out = _out_dir(args.out)
+    out = _claim(args)
     if not args.sweep_rates:
         sessions = make(args.rate if args.trace is not None else (args.rate or 0.2))
         _run_point(sessions, label, args.profile, profile, names, args, out, run_simulation)

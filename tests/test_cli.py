@@ -13,6 +13,7 @@ import pytest
 from mars_openhands import cli
 from mars_openhands.core import registry
 from mars_openhands.results import RunResult, SessionResult
+from mars_openhands.run_folder import check_replaceable, read_spec
 from mars_openhands.workload.synthetic import synthetic_sessions
 from mars_openhands.workload.trace import read_trace, write_trace
 
@@ -79,6 +80,24 @@ def test_simulate_trace_file_with_rate_rescales_arrivals(fake, tmp_path):
     assert rc == 0
     assert [s.arrival_s for s in fake.calls[0][0]] == [0.0, 4.0, 8.0, 12.0, 16.0]
     assert json.loads((tmp_path / "o" / "summary.json").read_text())["trace"] == str(trace)
+
+
+def test_simulate_takes_its_folder_by_the_run_folder_rule(fake, tmp_path, capsys):
+    out = tmp_path / "run"
+    args = ["simulate", "--synthetic", "3", "--profile", "test-profile", "--policies", "fcfs", "--turns-scale", "0.1",
+            "--sweep-rates", "0.1,0.4", "--out", str(out)]
+    assert cli.main(args) == 0 and cli.main(args) == 0  # the same simulation: run again in place
+    check_replaceable(out, read_spec(out))  # everything in it is the simulation's
+    other = [*args[:-4], "--out", str(out)]
+    assert cli.main(other) == 2
+    err = capsys.readouterr().err
+    assert f"--out {out} holds another run (sweep_rates: 0.1,0.4 there, none now)" in err
+    assert "--replace" in err and "--resume" not in err and (out / "sweep.json").is_file()
+    assert cli.main([*other, "--replace"]) == 0
+    assert not (out / "sweep.json").exists() and (out / "summary.json").is_file()
+    (out / "notes.txt").write_text("mine")
+    assert cli.main([*args, "--replace"]) == 2
+    assert "notes.txt" in capsys.readouterr().err and (out / "notes.txt").is_file()
 
 
 def test_sweep_writes_one_summary_per_rate_and_a_sweep(fake, tmp_path, capsys):

@@ -5,8 +5,9 @@ agents contend for it), run every task with K concurrent agents (oracle harness:
 trajectories, every LLM turn a real engine request), stop the engine. Then print the comparison
 table (`mars-openhands report`), the tool-time share and write the plots. Runs go to OUT/<policy>,
 OUT a new folder per demo (runs/demo/... or runs/demo-real/..., with the UTC start time) unless
-`--out` names one; the same demo with the same `--out` resumes an interrupted demo or just reports
-a finished one, and `--out` holding anything else is refused unless `--resume` or `--replace`.
+`--out` names one, under the rule of every run folder (docs/swebench.md#run-folders): the same demo
+with the same `--out` resumes an interrupted demo or just reports a finished one, and `--out`
+holding anything else is refused unless `--resume` or `--replace`.
 
 `--mode offline` (make demo): the bundled tasks. `--mode local` (make demo-real): real SWE-bench
 instances from a dataset file, their repositories from local sources, per-(repo, version)
@@ -37,6 +38,7 @@ from typing import TYPE_CHECKING
 
 from evaluation.swebench.inputs import InputError
 from evaluation.swebench.runs.engine_proc import REPO
+from mars_openhands.hints import flag
 
 if TYPE_CHECKING:
     from evaluation.swebench.workspaces.local_harness import LocalBackend
@@ -74,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, help="runs and plots (default: a new folder under runs/demo, local: "
                                             "runs/demo-real, named for the mode, dataset and UTC time)")
     p.add_argument("--resume", action="store_true", help="continue the demo in --out (also with other settings)")
-    p.add_argument("--replace", action="store_true", help="delete what --out holds and start again")
+    p.add_argument("--replace", action="store_true", help="delete the demo's folder --out and start again")
     p.add_argument("--sim-profile", default="", help="also compare with the simulator on this profile")
     p.add_argument("--mode", choices=("offline", "local"), default="offline",
                    help="offline: the bundled tasks; local: real instances (make demo-real)")
@@ -100,8 +102,8 @@ def preflight_local(args: argparse.Namespace) -> tuple[list[str], LocalBackend]:
     problems: list[str] = []
     dataset = args.dataset or os.environ.get(swe_run.DATASET_ENV, "")
     if not dataset:
-        problems.append(f"data: pass --dataset FILE or set ${swe_run.DATASET_ENV} (SWE-bench Lite as .jsonl, "
-                        "the hub's layout)")
+        problems.append(f"data: pass {flag('--dataset', 'FILE')} or set ${swe_run.DATASET_ENV} (SWE-bench Lite "
+                        "as .jsonl, the hub's layout)")
     elif not Path(dataset).is_file():
         problems.append(f"data: {dataset} is not a file")
     try:
@@ -121,8 +123,8 @@ def preflight_local(args: argparse.Namespace) -> tuple[list[str], LocalBackend]:
         raise stop(e.problems) from None
     for repo in sorted({i.repo for i in instances}):
         if repo not in backend.sources.local and not args.github:
-            problems.append(f"source: {repo}: pass --repo-source {repo}=PATH (a local clone or mirror), "
-                            "or --github to clone it")
+            problems.append(f"source: {repo}: pass {flag('--repo-source', f'{repo}=PATH')} (a local clone or "
+                            "mirror), or --github to clone it")
         elif repo in backend.sources.local and not backend.sources.local[repo].is_dir():
             problems.append(f"source: {repo}: {backend.sources.local[repo]} is not a directory")
     for inst in instances:
@@ -171,14 +173,19 @@ def tool_share(run_dir: Path) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     target = "demo-real" if args.mode == "local" else "demo"
+    claimed: list[Path] = []
     try:
-        return _demo(args, target)
+        return _demo(args, target, claimed)
     except InputError as e:
         print(f"{target}: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        where = f"{flag('--out', claimed[0])} resumes it" if claimed else "nothing was run yet"
+        print(f"{target}: interrupted; {where}", file=sys.stderr)
+        return 130
 
 
-def _demo(args: argparse.Namespace, target: str) -> int:
+def _demo(args: argparse.Namespace, target: str, claimed: list[Path]) -> int:
     from evaluation.swebench import run as swe_run
     from evaluation.swebench.runs import run_dirs
     from mars_openhands import report
@@ -212,7 +219,8 @@ def _demo(args: argparse.Namespace, target: str) -> int:
                 else dataset, "instances": sorted(ids), "policies": policies, "workers": workers,
                 "kv_cache_bytes": kv_bytes, "context": context, "model": str(args.model)}
     out = args.out or run_dirs.default_dir(args.mode, dataset, "+".join(policies), root=Path("runs") / target)
-    run_dirs.claim(out, identity, resume=args.resume, replace=args.replace)
+    run_dirs.claim(out, run_dirs.demo(identity, policies), resume=args.resume, replace=args.replace)
+    claimed.append(out)
     for policy in policies:
         print(f"\n== {policy}: {workers} concurrent agents, KV cache {kv_bytes / 1e6:.0f} MB, context "
               f"{context or 'of the model'} ({out / policy}) ==", file=sys.stderr)
@@ -220,7 +228,7 @@ def _demo(args: argparse.Namespace, target: str) -> int:
                            "--workers", str(workers), "--kv-cache-bytes", str(kv_bytes),
                            "--out", str(out / policy), *(["--resume"] if args.resume else [])])
         if rc != 0:
-            print(f"{target}: the {policy} run ended with status {rc}; `make {target} OUT={out}` resumes it",
+            print(f"{target}: the {policy} run ended with status {rc}; {flag('--out', out)} resumes it",
                   file=sys.stderr)
             return rc
     extra = ["--sim-profile", args.sim_profile] if args.sim_profile else []

@@ -37,9 +37,11 @@ class InputError(Exception):
         return f"{len(self.problems)} problems with the inputs:\n  - " + "\n  - ".join(self.problems)
 
 
-def _rows(path: Path) -> tuple[list[tuple[int, str, object]], list[tuple[int, str]]]:
+def _rows(path: Path, keyed: bool = False) -> tuple[list[tuple[int, str, object]], list[tuple[int, str]]]:
     """(row number, where, value) of each row of a .json/.jsonl/.parquet file, and (row number,
-    problem) of each row that cannot be read (0: the whole file)."""
+    problem) of each row that cannot be read (0: the whole file). `keyed`: a .json file may also be
+    swebench's `{instance_id: record}` object (SWE-agent's preds.json); a record without its
+    `instance_id` takes the key."""
     if path.suffix not in SUFFIXES:
         return [], [(0, f"{path}: expected a {'/'.join(SUFFIXES)} file")]
     if path.suffix == ".parquet":
@@ -56,8 +58,12 @@ def _rows(path: Path) -> tuple[list[tuple[int, str, object]], list[tuple[int, st
             value = json.loads(text)
         except json.JSONDecodeError as e:
             return [], [(0, f"{path}:{e.lineno}: not valid JSON ({e.msg}, column {e.colno})")]
+        if keyed and isinstance(value, dict):
+            return [(n, f"{path}: key {k!r}", {"instance_id": k, **row} if isinstance(row, dict) else row)
+                    for n, (k, row) in enumerate(value.items(), start=1)], []
         if not isinstance(value, list):
-            return [], [(0, f"{path}: expected a JSON list of records, got {type(value).__name__}")]
+            what = "a JSON list of records or an object {instance_id: record}" if keyed else "a JSON list of records"
+            return [], [(0, f"{path}: expected {what}, got {type(value).__name__}")]
         return [(n, f"{path}: record {n}", row) for n, row in enumerate(value, start=1)], []
     rows: list[tuple[int, str, object]] = []
     problems = []
@@ -72,9 +78,10 @@ def _rows(path: Path) -> tuple[list[tuple[int, str, object]], list[tuple[int, st
     return rows, problems
 
 
-def _records(path: Path, parse: Callable[[Mapping[str, object]], T]) -> tuple[list[T], list[str]]:
+def _records(path: Path, parse: Callable[[Mapping[str, object]], T],
+             keyed: bool = False) -> tuple[list[T], list[str]]:
     """The parsed rows and every problem, in the file's order."""
-    rows, problems = _rows(path)
+    rows, problems = _rows(path, keyed)
     out = []
     for n, where, row in rows:
         if not isinstance(row, Mapping):
@@ -113,12 +120,12 @@ def load_dataset_file(path: Path, ids: list[str] | None) -> list[SweInstance]:
 
 
 def load_predictions_file(path: Path, instance_ids: list[str] | None) -> list[Prediction]:
-    """The predictions of a .json/.jsonl/.parquet file for `instance_ids` (others are skipped; None:
-    all); InputError lists every bad line."""
+    """The predictions of a .json/.jsonl/.parquet file (also swebench's `{instance_id: prediction}`
+    .json) for `instance_ids` (others are skipped; None: all); InputError lists every bad line."""
     problems = _file(path, "--predictions")
     if problems:
         raise InputError(problems)
-    preds, problems = _records(path, Prediction.from_dict)
+    preds, problems = _records(path, Prediction.from_dict, keyed=True)
     seen: set[str] = set()
     for p in preds:
         if p.instance_id in seen:

@@ -23,6 +23,7 @@ from typing import Literal, Protocol
 from evaluation.swebench.grading import patches
 from evaluation.swebench.inputs import InputError
 from evaluation.swebench.records import JSONDict, RecordError, SweInstance
+from mars_openhands.hints import flag
 
 OFFLINE, FULL, AUTO, LOCAL = "offline", "full", "auto", "local"
 
@@ -111,10 +112,10 @@ def docker_problem(run: Runner = _run) -> str | None:
 def gpu_problem(run: Runner = _run) -> str | None:
     """Why no GPU engine can be started here, or None when `nvidia-smi` lists a GPU."""
     if shutil.which("nvidia-smi") is None:
-        return "GPU: no NVIDIA GPU (`nvidia-smi` not found) to serve a real model; pass --engine-url"
+        return f"GPU: no NVIDIA GPU (`nvidia-smi` not found) to serve a real model; pass {flag('--engine-url', 'URL')}"
     proc = run(["nvidia-smi", "-L"])
     if proc.returncode != 0 or "GPU" not in proc.stdout:
-        return "GPU: `nvidia-smi -L` lists no GPU; pass --engine-url of a GPU engine"
+        return f"GPU: `nvidia-smi -L` lists no GPU; pass {flag('--engine-url', 'URL')} of a GPU engine"
     return None
 
 

@@ -251,6 +251,7 @@ class RunRecord:
     token_usage: TokenUsage | None = None
     engine_turns: tuple[EngineTurn, ...] | None = None
     report: JSONDict | None = None     # the grader's report (GradeResult.to_json())
+    input_hash: str | None = None      # what it was run from (run_folder.input_hash): a resume re-runs on change
 
     @property
     def finished(self) -> bool:
@@ -280,7 +281,8 @@ class RunRecord:
             conversation_id=_opt(d, "conversation_id", str, where, may_be_absent=True),
             token_usage=None if usage is None else TokenUsage.from_dict(usage, where),
             engine_turns=None if turns is None else tuple(EngineTurn.from_dict(t, where) for t in turns),
-            report=_opt(d, "report", dict, where, may_be_absent=True))
+            report=_opt(d, "report", dict, where, may_be_absent=True),
+            input_hash=_opt(d, "input_hash", str, where, may_be_absent=True))
 
     def to_dict(self) -> JSONDict:
         """The output.jsonl record: the keys in the order the driver always wrote them."""
@@ -291,7 +293,7 @@ class RunRecord:
             "instruction": self.instruction, "conversation_id": self.conversation_id, "status": self.status,
             "token_usage": None if self.token_usage is None else self.token_usage.to_dict(),
             "engine_turns": None if self.engine_turns is None else [t.to_dict() for t in self.engine_turns],
-            "timings": self.timings.to_dict(), "report": self.report}
+            "timings": self.timings.to_dict(), "report": self.report, "input_hash": self.input_hash}
         out.update((k, v) for k, v in optional.items() if v is not None)
         out["trace"] = self.trace
         return out

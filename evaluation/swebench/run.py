@@ -14,9 +14,10 @@
 Without `[llm]` in a config the agents run under the ORACLE HARNESS (see agents/oracle.py): scripted
 decisions, each paid for with a real engine request. Output: RUN_DIR/output.jsonl,
 predictions.jsonl, instances/<id>/..., engine_stats.jsonl, in a new folder per run
-(runs/swebench/<mode>-<dataset>-<policy>-<UTC time>) or --out RUN_DIR; the same command with the
-same --out resumes the run, and a folder holding another run is refused unless --resume or
---replace says what to do with it (runs/run_dirs.py).
+(runs/swebench/<mode>-<dataset>-<policy>-<UTC time>) or --out RUN_DIR, under the rule of every run
+folder (docs/swebench.md#run-folders): the same command with the same --out resumes the run (an
+instance whose input changed runs again), and a folder holding another run is refused unless
+--resume or --replace says what to do with it.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from evaluation.swebench.runs.driver import MODEL, ORACLE, Backend, Driver, Driv
 from evaluation.swebench.runs.engine_proc import REPO, EngineProcess, EngineStartError
 from evaluation.swebench.runs.outputs import RunFiles
 from evaluation.swebench.workspaces import specs
+from mars_openhands.hints import flag
 from mars_openhands.openhands.config import (
     AgentConfig,
     ConfigError,
@@ -52,6 +54,7 @@ from mars_openhands.openhands.config import (
     WorkspaceConfig,
     load_config,
 )
+from mars_openhands.run_folder import input_hash
 
 if TYPE_CHECKING:
     from evaluation.swebench.workspaces.local_harness import LocalBackend
@@ -86,8 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", "--output-dir", dest="output_dir", type=Path,
                    help="run folder (default: a new runs/swebench/<mode>-<dataset>-<policy or predictions>-<UTC "
                         "time>); one holding another run is refused unless --resume or --replace")
-    p.add_argument("--resume", action="store_true", help="continue the run in --out (also with other instances)")
-    p.add_argument("--replace", action="store_true", help="delete what --out holds and start again")
+    p.add_argument("--resume", action="store_true", help="continue the run in --out (also with other instances; "
+                                                          "not with other inputs)")
+    p.add_argument("--replace", action="store_true", help="delete the run folder --out and start again")
     p.add_argument("--max-iterations", type=int, default=50)
     p.add_argument("--no-grade", action="store_true", help="skip grading (offline, local)")
     p.add_argument("--repo-source", action="append", default=[], metavar="OWNER/NAME=PATH",
@@ -97,7 +101,11 @@ def build_parser() -> argparse.ArgumentParser:
                                                   f"(default ${specs.CACHE_ENV} or ~/.cache/mars-openhands/swebench)")
     p.add_argument("--predictions", default="", help="local: grade these instead of running agents: 'gold', "
                                                      "'empty' (no change: the tests before any fix) or a "
-                                                     ".json/.jsonl predictions file")
+                                                     ".json/.jsonl predictions file (also swebench's "
+                                                     "{id: prediction} .json)")
+    p.add_argument("--allow-missing", action="store_true", help="local --predictions FILE: count a selected "
+                                                               "instance without a prediction as missing "
+                                                               "(default: an error)")
     p.add_argument("--swebench-specs", type=Path, help=f"local: a swebench {specs.SPECS_RELEASE} wheel with the "
                                                        "install specs (default: the cache, downloaded once)")
     p.add_argument("--no-progress", action="store_true")
@@ -168,8 +176,8 @@ def _local(args: argparse.Namespace, ids: list[str] | None) -> tuple[list[SweIns
     problems: list[str] = []
     dataset = local_dataset(args)
     if not dataset:
-        problems.append(f"--mode local needs --dataset FILE (a SWE-bench .json/.jsonl/.parquet in the hub's "
-                        f"layout) or ${DATASET_ENV}")
+        problems.append(f"--mode local needs {flag('--dataset', 'FILE')} (a SWE-bench .json/.jsonl/.parquet in "
+                        f"the hub's layout) or ${DATASET_ENV}")
     elif not Path(dataset).is_file():
         problems.append(f"--dataset {dataset}: no such file (local mode reads a dataset file, not the hub)")
     sources, instances, tables = None, [], None
@@ -204,8 +212,11 @@ def _print_summary(summary: RunSummary, ids: Collection[str]) -> int:
     tally = outcomes.of_records(r for r in {r.instance_id: r for r in RunFiles(summary.run_dir).records()}.values()
                                 if r.instance_id in wanted)
     tally[outcomes.NOT_RUN] += len(wanted) - sum(tally.values())  # an interrupted run's rest
+    rerun = f", {summary.rerun} run again (their input changed)" if summary.rerun else ""
     print(f"{summary.run_dir}: {outcomes.line(tally)}; {summary.attempted} attempted, {summary.skipped} already "
-          f"finished; {summary.wall_s:.1f} s{' (interrupted: re-run to resume)' if summary.interrupted else ''}")
+          f"finished{rerun}; {summary.wall_s:.1f} s")
+    if summary.interrupted:
+        print(f"swebench-run: interrupted; {flag('--out', summary.run_dir)} resumes it", file=sys.stderr)
     env_errors = environment_errors(summary.run_dir)
     if env_errors:
         print(f"{len(env_errors)} graded as environment errors (not the agents' failures): "
@@ -222,6 +233,12 @@ def environment_errors(run_dir: Path) -> dict[str, str]:
 
     return {r.instance_id: str(r.report.get("error")) for r in RunFiles(run_dir).records()
             if r.report and str(r.report.get("error") or "").startswith(ENVIRONMENT_ERROR)}
+
+
+def agent_input(instance: SweInstance, policy: str, model: str, harness: str) -> str:
+    """The hash of what an agent run of `instance` comes from: its dataset record, the policy, the
+    model and the harness (a resume runs an instance again when it changed)."""
+    return input_hash(instance=instance.to_dict(), policy=policy, model=model, harness=harness, patch=None)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -256,10 +273,11 @@ def run(args: argparse.Namespace) -> int:
                 "policy": args.policy, "harness": harness,
                 "model": str(args.model) if harness == ORACLE else base_cfg.llm.model if base_cfg else ""}
     run_dir = args.output_dir or run_dirs.default_dir(mode, dataset, args.policy)
-    resumed = run_dirs.claim(run_dir, identity, resume=args.resume, replace=args.replace)
-    if resumed:  # before any engine starts: a resume may not change what the run measures
-        RunFiles(run_dir).check_metadata({k: identity[k] for k in ("mode", "harness", "policy", "model")})
-    if resumed and {i.instance_id for i in instances} <= RunFiles(run_dir).finished_ids():
+    # before any engine starts: a resume may not change what the run measures (its inputs)
+    resumed = run_dirs.claim(run_dir, run_dirs.agents(identity), resume=args.resume, replace=args.replace)
+    args.claimed = run_dir, [i.instance_id for i in instances]  # for the closing line of an interrupt
+    hashes = {i.instance_id: agent_input(i, args.policy, str(identity["model"]), harness) for i in instances}
+    if resumed and {i.instance_id for i in instances} <= RunFiles(run_dir).finished_ids(hashes):
         print(f"{run_dir}: every instance is finished already; nothing to do (no engine started)", file=sys.stderr)
         return _print_summary(RunSummary(run_dir, skipped=len(instances)), [i.instance_id for i in instances])
     engine: EngineProcess | None = None
@@ -296,7 +314,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             driver = Driver[Any](DriverConfig(run_dir=run_dir, agent=cfg, harness=harness, engine_url=engine_url,
                                               workers=args.workers, model_name=model_name, metadata=metadata,
-                                              progress=not args.no_progress), backend)
+                                              progress=not args.no_progress, input_hashes=hashes), backend)
             summary = driver.run(instances)
         finally:
             instrument.disable()
@@ -333,7 +351,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"swebench-run: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("swebench-run: interrupted; re-run the same command to resume", file=sys.stderr)
+        claimed = getattr(args, "claimed", None)
+        if claimed is None:
+            print("swebench-run: interrupted before a run folder was taken; nothing was run", file=sys.stderr)
+        else:  # e.g. while the engine started: the closing line counts every instance as not run
+            _print_summary(RunSummary(claimed[0], interrupted=True), claimed[1])
         return 130
 
 

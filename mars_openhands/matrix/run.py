@@ -26,11 +26,13 @@ from typing import Any
 
 from mars_openhands.core.registry import is_mars_variant, policy_names
 from mars_openhands.events import Event, PrefillStarted, ToolFinished, TurnSubmitted
+from mars_openhands.hints import flag
 from mars_openhands.matrix import report
 from mars_openhands.matrix.bound import BOUND, clairvoyant_policy
 from mars_openhands.matrix.capacity import Capacity, host_capacity
 from mars_openhands.matrix.grid import Cell, Grid, GridError, builtin_grid, load_grid, with_profile
 from mars_openhands.metrics import ideal_mean_e2e, summarize
+from mars_openhands.run_folder import RunFolderError, RunSpec, claim, input_hash
 from mars_openhands.sim.profile_file import resolve_profile
 from mars_openhands.sim.profiles import Profile
 from mars_openhands.sim.runner import run_simulation
@@ -143,22 +145,48 @@ def _run_all(cells: Sequence[Cell], profile: str, policies: Sequence[str], jobs:
             done(futures[fut], fut.result())
 
 
-def run_matrix(grid: Grid, policies: Sequence[str], out: Path, *, jobs: int = 1,
-               seeds: Sequence[int] | None = None, log: Callable[[str], None] = print) -> list[dict[str, Any]]:
-    """Run the grid once per seed; matrix.json is rewritten after every cell (a stopped run keeps
-    what finished)."""
-    cells = seeded(grid, seeds)
-    slots: list[dict[str, Any] | None] = [None] * len(cells)
-    t0, count = time.perf_counter(), 0
+def cell_input(cell: Cell, profile: str, policies: Sequence[str]) -> str:
+    """The hash of what a cell's entry comes from: the cell, the profile (its values, also from a
+    file) and the policies."""
+    return input_hash(cell=dataclasses.asdict(cell), profile=repr(resolve_profile(profile)), policies=list(policies))
 
-    def done(i: int, cell: dict[str, Any]) -> None:
+
+@dataclass
+class Resumed:
+    """What a resumed matrix kept of its folder's matrix.json."""
+
+    kept: int = 0      # cells run before from the same input
+    rerun: int = 0     # cells run before from another input: run again
+
+
+def run_matrix(grid: Grid, policies: Sequence[str], out: Path, *, jobs: int = 1,
+               seeds: Sequence[int] | None = None, log: Callable[[str], None] = print,
+               previous: Sequence[dict[str, Any]] = (), resumed: Resumed | None = None) -> list[dict[str, Any]]:
+    """Run the grid once per seed; matrix.json is rewritten after every cell (a stopped run keeps
+    what finished). A cell of `previous` (the folder's matrix.json) run from the same input is kept."""
+    cells = seeded(grid, seeds)
+    hashes = [cell_input(c, grid.profile, policies) for c in cells]
+    before = {(c.get("name"), c.get("seed")): c for c in previous}
+    slots: list[dict[str, Any] | None] = [None] * len(cells)
+    for i, cell in enumerate(cells):
+        old = before.get((cell.id, cell.seed))
+        if old is not None and old.get("input_hash") == hashes[i]:
+            slots[i] = old
+        if resumed is not None and old is not None:
+            resumed.kept += slots[i] is not None
+            resumed.rerun += slots[i] is None
+    todo = [i for i, slot in enumerate(slots) if slot is None]
+    t0, count = time.perf_counter(), len(cells) - len(todo)
+
+    def done(k: int, cell: dict[str, Any]) -> None:
         nonlocal count
-        slots[i], count = cell, count + 1
+        i = todo[k]
+        slots[i], count = {**cell, "input_hash": hashes[i]}, count + 1
         _write_json(out / "matrix.json", [c for c in slots if c is not None])
         log(f"[{count}/{len(slots)}] {report.cell_line(cell)}  ({cell['wall_s']:.0f} s, "
             f"{time.perf_counter() - t0:.0f} s elapsed)")
 
-    _run_all(cells, grid.profile, policies, jobs, done)
+    _run_all([cells[i] for i in todo], grid.profile, policies, jobs, done)
     return [c for c in slots if c is not None]
 
 
@@ -213,8 +241,25 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--seeds", metavar="S1,S2,...",
                     help="trace seeds: every cell runs once per seed (default: the grid's own seed)")
     ap.add_argument("--jobs", type=int, default=1, metavar="N", help="cells run in parallel processes (default 1)")
-    ap.add_argument("--out", type=Path, required=True, metavar="DIR", help="output directory")
+    ap.add_argument("--out", type=Path, required=True, metavar="DIR",
+                    help="the run folder: new or empty, or holding this same matrix (it resumes: cells run "
+                         "from the same input are kept); the rule of every run folder: docs/swebench.md#run-folders")
+    ap.add_argument("--resume", action="store_true", help="continue the matrix in --out with other policies or "
+                                                          "seeds (cells whose input changed run again)")
+    ap.add_argument("--replace", action="store_true", help="delete the run folder --out (another matrix's) first")
     return ap
+
+
+#: what bench-matrix writes in its folder
+MATRIX_WRITES = ("matrix.json", "matrix.tmp", "matrix.md", "heatmap.png")
+
+
+def _claim(args: argparse.Namespace, grid: Grid, policies: Sequence[str], seeds: Sequence[int] | None) -> bool:
+    """`--out` under the rule of every run folder; True when it continues a matrix there."""
+    where = str(args.grid.resolve()) if args.grid else "quick" if args.quick else "full"
+    identity = {"grid": where, "profile": grid.profile, "policies": list(policies), "seeds": seeds}
+    return claim(args.out, RunSpec("bench-matrix", identity, inputs=("grid", "profile"), writes=MATRIX_WRITES),
+                 resume=args.resume, replace=args.replace)
 
 
 def main(argv: Iterable[str] | None = None) -> int:
@@ -229,8 +274,10 @@ def main(argv: Iterable[str] | None = None) -> int:
         policies = _policies(args.policies)
         seeds = _seeds(args.seeds)
         check_fits(grid, seeded(grid, seeds))
-        args.out.mkdir(parents=True, exist_ok=True)
-    except GridError as e:
+        continued = _claim(args, grid, policies, seeds)
+        previous = json.loads((args.out / "matrix.json").read_text()) if continued and \
+            (args.out / "matrix.json").is_file() else []
+    except (GridError, RunFolderError) as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2
     except OSError as e:
@@ -241,15 +288,18 @@ def main(argv: Iterable[str] | None = None) -> int:
           f"+ the clairvoyant bound, profile {grid.profile}, {args.jobs} job(s), "
           f"load average {os.getloadavg()[0]:.2f}", flush=True)
     t0 = time.perf_counter()
+    resumed = Resumed()
     try:
         cells = run_matrix(grid, policies, args.out, jobs=args.jobs, seeds=seeds,
-                           log=lambda s: print(s, flush=True))
+                           log=lambda s: print(s, flush=True), previous=previous, resumed=resumed)
     except KeyboardInterrupt:
-        print(f"{PROG}: interrupted; finished cells are in {args.out / 'matrix.json'}", file=sys.stderr)
+        print(f"{PROG}: interrupted; finished cells are in {args.out / 'matrix.json'}; "
+              f"{flag('--out', args.out)} resumes it", file=sys.stderr)
         return 130
     text = report.write(cells, args.out)
-    print(f"\n{text}\n\n{len(cells)} cell runs in {time.perf_counter() - t0:.0f} s "
-          f"(load average {os.getloadavg()[0]:.2f}); {args.out / 'matrix.json'}, {args.out / 'heatmap.png'}")
+    print(f"\n{text}\n\n{len(cells)} cell runs ({resumed.kept} already run, {resumed.rerun} run again: their "
+          f"input changed) in {time.perf_counter() - t0:.0f} s (load average {os.getloadavg()[0]:.2f}); "
+          f"{args.out / 'matrix.json'}, {args.out / 'heatmap.png'}")
     print(report.worst_line(cells))
     return 0
 

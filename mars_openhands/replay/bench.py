@@ -58,6 +58,7 @@ from mars_openhands.replay.replicas import (
 )
 from mars_openhands.replay.server import EngineServer
 from mars_openhands.replay.tools import ToolPool
+from mars_openhands.run_folder import RunFolderError, RunSpec, args_identity, claim
 from mars_openhands.sim.profile_file import resolve_profile
 from mars_openhands.sim.profiles import Profile
 from mars_openhands.sim.routing import EVENT_MODES
@@ -122,7 +123,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "`mars-openhands calibrate`) on the engine's KV blocks and tool workers")
     p.add_argument("--no-sim", action="store_true",
                    help="skip the simulator's prediction of the replayed workload (DIR/simulated.json)")
-    p.add_argument("--out", type=Path, required=True, metavar="DIR", help="output directory")
+    p.add_argument("--out", type=Path, required=True, metavar="DIR",
+                   help="the run folder: new or empty, or holding this same benchmark (run again in place); "
+                        "the rule of every run folder: docs/swebench.md#run-folders")
+    p.add_argument("--replace", action="store_true", help="delete the run folder --out (another benchmark's) first")
     rep = p.add_argument_group("replicas behind vllm-router (mars_openhands/replay/replicas.py)")
     rep.add_argument("--replicas", type=positive(int), default=1,
                      help="engines per configuration, behind vllm-router when > 1 (default 1: one engine)")
@@ -359,6 +363,12 @@ def _extra_profile(text: str | None) -> tuple[str, Profile] | None:
 
 # ---- main ----------------------------------------------------------------------------------------
 
+#: what bench-engine writes at the top of its folder
+BENCH_WRITES = ("trace.jsonl", "server-*.log", "stats-*.json", "turns.jsonl", "summary.json", "table.md",
+                "cpu-small-profile.json", "e2e_cdf.png", "timeline-*.png", "replayed-trace.jsonl", "replicas.json",
+                "simulated.json", "cluster-*")
+
+
 def bench(args: argparse.Namespace, vllm_extra: list[str]) -> int:
     from tqdm import tqdm
 
@@ -370,8 +380,12 @@ def bench(args: argparse.Namespace, vllm_extra: list[str]) -> int:
     extra = _extra_profile(args.profile)
     plan = make_plan(args, vllm_extra)
     out: Path = args.out
+    spec = RunSpec("bench-engine", {**args_identity(args), "vllm_extra": vllm_extra}, writes=BENCH_WRITES,
+                   resumable=False)
     try:
-        out.mkdir(parents=True, exist_ok=True)
+        claim(out, spec, replace=args.replace)
+    except RunFolderError as e:
+        raise BenchError(str(e)) from None
     except OSError as e:
         raise BenchError(f"--out: cannot create {out}: {e.strerror or e}") from None
     write_trace(out / "trace.jsonl", plan.sessions)

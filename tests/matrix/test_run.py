@@ -105,3 +105,39 @@ def test_profile_flag_replaces_the_grids_profile(tiny, capsys):
     assert run.main(["--grid", str(tiny / "tiny.toml"), "--profile", str(tiny / "none.json"),
                      "--out", str(out)]) == 2
     assert "--profile: " in capsys.readouterr().err
+
+
+def test_the_same_matrix_resumes_cells_whose_input_is_unchanged_and_reruns_the_rest(tiny, capsys):
+    out = tiny / "resumed"
+    args = ["--grid", str(tiny / "tiny.toml"), "--policies", "fcfs,mars", "--out", str(out)]
+    assert run.main(args) == 0
+    first = json.loads((out / "matrix.json").read_text())
+    capsys.readouterr()
+    assert run.main(args) == 0
+    assert "2 cell runs (2 already run, 0 run again" in capsys.readouterr().out
+    assert json.loads((out / "matrix.json").read_text()) == first
+    # other policies: another run, refused unless --resume (then every cell runs again) or --replace
+    other = ["--grid", str(tiny / "tiny.toml"), "--policies", "fcfs,autellix,mars", "--out", str(out)]
+    assert run.main(other) == 2
+    assert "holds another run (policies: fcfs,mars there, fcfs,autellix,mars now)" in capsys.readouterr().err
+    assert run.main([*other, "--resume"]) == 0
+    assert "2 cell runs (0 already run, 2 run again" in capsys.readouterr().out
+    cells = json.loads((out / "matrix.json").read_text())
+    assert all(set(c["policies"]) == {"fcfs", "autellix", "mars"} for c in cells)
+    # another grid: refused also with --resume; --replace deletes the folder, which is one run's
+    (tiny / "other.toml").write_text((tiny / "tiny.toml").read_text())
+    again = ["--grid", str(tiny / "other.toml"), "--policies", "fcfs,mars", "--out", str(out)]
+    assert run.main([*again, "--resume"]) == 2
+    assert "other inputs (grid: " in capsys.readouterr().err
+    assert run.main([*again, "--replace"]) == 0
+
+
+def test_replace_on_a_parent_of_matrices_refuses_and_deletes_nothing(tiny, capsys):
+    parent = tiny / "parent"
+    assert run.main(["--grid", str(tiny / "tiny.toml"), "--policies", "fcfs,mars", "--out", str(parent / "m")]) == 0
+    before = sorted(parent.rglob("*"))
+    assert run.main(["--grid", str(tiny / "tiny.toml"), "--policies", "fcfs,mars", "--out", str(parent),
+                     "--replace"]) == 2
+    err = capsys.readouterr().err
+    assert f"{parent} is not a run's folder" in err and str(parent / "m") in err
+    assert sorted(parent.rglob("*")) == before

@@ -12,6 +12,7 @@ from mars_openhands.procs import StartError, descendants, start_time
 from mars_openhands.replay import bench
 from mars_openhands.replay import server as server_mod
 from mars_openhands.replay.server import EngineServer
+from mars_openhands.run_folder import check_replaceable, read_spec
 
 FAKE = Path(__file__).with_name("replay_fake_engine.py")
 SMALL = ["--synthetic", "3", "--rate", "2", "--seed", "1", "--turns-scale", "0.08", "--token-scale", "0.02",
@@ -86,7 +87,7 @@ def test_no_events_sends_none_and_the_simulator_predicts_without_them(fake_serve
     assert all(p["mars"]["completed"] == 3 for p in sim["profiles"].values())
 
 
-def test_a_profile_file_adds_a_prediction(fake_serve, model_dir, tmp_path):
+def test_a_profile_file_adds_a_prediction(fake_serve, model_dir, tmp_path, capsys):
     from mars_openhands.sim.profile_file import write_profile
     from mars_openhands.sim.profiles import PROFILES
     path = tmp_path / "calibrated.json"
@@ -97,6 +98,14 @@ def test_a_profile_file_adds_a_prediction(fake_serve, model_dir, tmp_path):
     sim = json.loads((out / "simulated.json").read_text())
     assert set(sim["profiles"]) == {"cpu-small", "cpu-small re-fitted", str(path)}
     assert sim["profiles"][str(path)]["mars"]["completed"] == 3
+    # its folder is one run's (everything in it is the benchmark's): another benchmark there is
+    # refused, --replace deletes it
+    check_replaceable(out, read_spec(out))
+    args = [*SMALL, "--policies", "fcfs", "--model", str(model_dir), "--out", str(out)]
+    assert bench.main(args) == 2
+    err = capsys.readouterr().err
+    assert "holds another run (" in err and "policies: mars there, fcfs now" in err and "--resume" not in err
+    assert (out / "simulated.json").is_file()
 
 
 def test_interrupt_stops_engine_and_tools(fake_serve, model_dir, tmp_path, monkeypatch):

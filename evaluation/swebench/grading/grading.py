@@ -57,6 +57,7 @@ class GradeResult:
     test_output: str = ""
     duration_s: float = 0.0
     log_dir: Path | None = None
+    input_hash: str | None = None  # what it was graded from (grading/grade_log.py)
 
     @property
     def resolved(self) -> bool:
@@ -64,13 +65,15 @@ class GradeResult:
 
     def to_json(self) -> JSONDict:
         return {"instance_id": self.instance_id, "status": self.status, "resolved": self.resolved,
-                "error": self.error, "duration_s": round(self.duration_s, 3), "report": self.report}
+                "error": self.error, "duration_s": round(self.duration_s, 3), "report": self.report,
+                "input_hash": self.input_hash}
 
     @classmethod
     def from_json(cls, d: JSONDict) -> GradeResult:
         """A result `to_json` wrote (a line of a grading's grades.jsonl), read back to resume."""
         return cls(str(d["instance_id"]), str(d["status"]), dict(d.get("report") or {}), d.get("error"),
-                   duration_s=float(d.get("duration_s") or 0.0))
+                   duration_s=float(d.get("duration_s") or 0.0),
+                   input_hash=str(d["input_hash"]) if d.get("input_hash") else None)
 
 
 def _check_instance(instance: SweInstance) -> None:

@@ -36,6 +36,7 @@ from evaluation.swebench.runs.engine_stats import StatsSampler
 from evaluation.swebench.workspaces.isolation import TmuxScope
 from evaluation.swebench.agents.llm_proxy import OracleProxy
 from evaluation.swebench.agents.oracle import ORACLE_LABEL, Oracle, plan_trajectory
+from evaluation.swebench.runs.outcomes import INTERRUPTED
 from evaluation.swebench.runs.outputs import RunFiles
 from evaluation.swebench.agents.prompt import render_instruction
 from evaluation.swebench.records import EngineTurn, JSONDict, RunRecord, SweInstance, Timings, TokenUsage
@@ -77,6 +78,7 @@ class DriverConfig:
     model_name: str = "mars-openhands"
     metadata: JSONDict = field(default_factory=dict)
     progress: bool = True
+    input_hashes: dict[str, str] | None = None  # instance id -> what it is run from (None: not checked)
 
 
 @dataclass
@@ -84,6 +86,7 @@ class RunSummary:
     run_dir: Path
     attempted: int = 0
     skipped: int = 0
+    rerun: int = 0                    # finished before from another input: run again
     resolved: int = 0
     failed: int = 0
     interrupted: bool = False
@@ -213,15 +216,15 @@ class Driver(Generic[W]):
             self.proxy.unregister(iid)
         (idir / "patch.diff").write_text(patch)
         report: JSONDict | None = None
-        if self.stop.is_set():  # not graded: the error makes a re-run take it up again
-            error = error or "interrupted before grading"
+        if self.stop.is_set():  # not graded: the error makes a re-run take it up again (counted as not run)
+            error = f"{INTERRUPTED} before grading" + (f" ({error})" if error else "")
         else:
             try:
                 report = self.backend.grade(instance, patch, idir / "eval")
             except Exception as e:  # noqa: BLE001
                 report = {"status": "error", "error": f"{type(e).__name__}: {e}"}
             if self.stop.is_set():  # Ctrl-C killed the grading's builds or tests: not the patch's result
-                report, error = None, error or "interrupted while grading"
+                report, error = None, f"{INTERRUPTED} while grading" + (f" ({error})" if error else "")
         if workspace is not None:
             self.backend.remove_workspace(workspace)
         history = outcome.history if outcome else []
@@ -233,7 +236,8 @@ class Driver(Generic[W]):
             history=history, metrics=outcome.metrics if outcome else {}, trace=_record_trace(idir),
             instruction=instruction, conversation_id=outcome.conversation_id if outcome else None,
             token_usage=TokenUsage.from_metrics(outcome.metrics) if outcome else None,
-            engine_turns=turns, report=report)
+            engine_turns=turns, report=report,
+            input_hash=(self.config.input_hashes or {}).get(iid))
 
     # ---- the run -----------------------------------------------------------------------------
 
@@ -257,9 +261,11 @@ class Driver(Generic[W]):
     def run(self, instances: list[SweInstance]) -> RunSummary:
         """Run every instance not finished in this run directory yet."""
         t0 = time.time()
-        finished = self.files.finished_ids()
+        hashes = self.config.input_hashes
+        finished = self.files.finished_ids(hashes)
         todo = [i for i in instances if i.instance_id not in finished]
-        summary = RunSummary(self.config.run_dir, skipped=len(instances) - len(todo))
+        summary = RunSummary(self.config.run_dir, skipped=len(instances) - len(todo),
+                             rerun=len(self.files.changed_ids(hashes)) if hashes is not None else 0)
         self.files.write_metadata(self.config.metadata)
         self.files.prepare_resume(i.instance_id for i in todo)
         if not todo:

@@ -8,8 +8,10 @@ Layout of RUN_DIR:
   engine_stats.jsonl         /mars/v1/stats sampled every second (engine_stats.json: the last sample)
   instances/<id>/            agent.log, patch.diff, history.json, eval/ (grading logs), trace.jsonl
 
-A record without `error` means the instance is finished and a re-run skips it; a record with an
-error is kept (the failure is visible) until a re-run retries the instance and replaces it. The
+A record without `error` means the instance is finished and a re-run skips it, as long as the
+hash of what it was run from (`input_hash`: the dataset record, policy, model) is the current
+one's; a record with an error is kept (the failure is visible) until a re-run retries the instance
+and replaces it. The
 records are typed (`records.py`); dicts exist only while reading and writing these files.
 """
 
@@ -90,8 +92,16 @@ class RunFiles:
     def prediction_records(self) -> list[Prediction]:
         return [_parse(Prediction.from_dict, d, self.predictions) for d in read_jsonl(self.predictions)]
 
-    def finished_ids(self) -> set[str]:
-        return {r.instance_id for r in self.records() if r.finished}
+    def finished_ids(self, hashes: Mapping[str, str] | None = None) -> set[str]:
+        """Instances finished here; with `hashes` (instance id -> its input's hash) only those run
+        from their current input (a record of another input is not theirs)."""
+        return {r.instance_id for r in self.records()
+                if r.finished and (hashes is None or r.input_hash == hashes.get(r.instance_id))}
+
+    def changed_ids(self, hashes: Mapping[str, str]) -> set[str]:
+        """Instances finished here from another input than `hashes` names: a resume runs them again."""
+        return {r.instance_id for r in self.records()
+                if r.finished and r.instance_id in hashes and r.input_hash != hashes[r.instance_id]}
 
     def prepare_resume(self, todo: Iterable[str]) -> None:
         """Drop the records of instances about to be retried, so each id has one record at the end."""

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from evaluation.swebench.workspaces.workspace import git_env
+from mars_openhands.hints import flag
 
 FETCH_TIMEOUT_S = 600.0
 #: OWNER/NAME=PATH entries, separated by commas or spaces, taken before any --repo-source.
@@ -63,7 +64,8 @@ class RepoSources:
                 raise SourceError(f"{repo}: the source {path} (--repo-source) is not a directory")
             return path.resolve().as_uri()
         if not self.github:
-            raise SourceError(f"{repo}: no source; pass --repo-source {repo}=PATH (a local clone or mirror)")
+            source = flag("--repo-source", f"{repo}=PATH")
+            raise SourceError(f"{repo}: no source; pass {source} (a local clone or mirror)")
         return f"https://github.com/{repo}.git"
 
     def checkout(self, repo: str, commit: str, dest: Path) -> Path:
@@ -81,8 +83,8 @@ class RepoSources:
 
     def _hint(self, repo: str) -> str:
         if repo in self.local:
-            return f"is commit in {self.local[repo]}? (--repo-source {repo}=PATH)"
-        return f"no network? pass --repo-source {repo}=PATH (a local clone or mirror)"
+            return f"is commit in {self.local[repo]}? ({flag('--repo-source', f'{repo}=PATH')})"
+        return f"no network? pass {flag('--repo-source', f'{repo}=PATH')} (a local clone or mirror)"
 
 
 def _git(cwd: Path, repo: str, *args: str, hint: str = "") -> str:

@@ -131,9 +131,13 @@ def test_an_agent_run_with_nothing_left_to_do_starts_no_engine(monkeypatch, tmp_
     monkeypatch.setattr(run, "EngineProcess", NoEngine)
     args = ["--mode", "offline", "--instances", "marsbench__ttlcache-8", "--out", str(tmp_path / "r"), "--no-progress"]
     assert run.main(args) == 2 and starts == ["mars"]  # the folder is claimed before the engine starts
-    RunFiles(tmp_path / "r").append(RunRecord("marsbench__ttlcache-8", "oracle", "offline", "", None, "finished",
-                                              Timings(0.0, 1.0, 1.0, 1.0),
-                                              report={"status": "resolved", "resolved": True}), "m")
+    from evaluation.swebench.taskrepo.tasks import load_instances
+
+    instance, = load_instances(["marsbench__ttlcache-8"])
+    record = RunRecord("marsbench__ttlcache-8", "oracle", "offline", "", None, "finished", Timings(0.0, 1.0, 1.0, 1.0),
+                       report={"status": "resolved", "resolved": True},
+                       input_hash=run.agent_input(instance, "mars", str(run.REPO / "models" / "tiny"), "oracle"))
+    RunFiles(tmp_path / "r").append(record, "m")
     capsys.readouterr()
     assert run.main(args) == 0 and starts == ["mars"]
     out, err = capsys.readouterr()
@@ -143,10 +147,8 @@ def test_an_agent_run_with_nothing_left_to_do_starts_no_engine(monkeypatch, tmp_
     assert run.main([*args, "--policy", "fcfs"]) == 2 and starts == ["mars"]
     assert "holds another run" in capsys.readouterr().err
     # --resume may add instances, not change the policy: refused before an engine starts too
-    metadata = {"mode": "offline", "harness": "oracle", "policy": "mars", "model": str(ROOT / "models" / "tiny")}
-    (tmp_path / "r" / "metadata.json").write_text(json.dumps(metadata))
     assert run.main([*args, "--policy", "fcfs", "--resume"]) == 2 and starts == ["mars"]
-    assert "different policy ('mars' != 'fcfs')" in capsys.readouterr().err
+    assert "other inputs (policy: mars there, fcfs now)" in capsys.readouterr().err
 
 
 def test_an_agent_run_in_which_every_instance_failed_exits_non_zero(tmp_path, capsys):
@@ -175,3 +177,64 @@ def test_make_passes_workers_and_out_and_the_demos_keep_their_own_k_without_work
     assert "--workers 3" in given and "--out runs/x" in given and "--resume" in given
     if target != "swebench-run":
         assert "--workers" not in dry()
+
+
+def _write(path: Path, patches: dict[str, str | None]) -> Path:
+    path.write_text("".join(json.dumps({"instance_id": i, "model_name_or_path": "org/m", "model_patch": p}) + "\n"
+                            for i, p in patches.items()))
+    return path
+
+
+def _summary(run_dir: str) -> dict:
+    return json.loads((Path(run_dir) / "org__m.local.json").read_text())
+
+
+def test_a_local_grading_accounts_for_every_selected_instance(inputs, capsys):
+    data, _ = inputs
+    # a prediction for an instance the dataset does not have: an error, as in swebench; nothing is graded
+    assert _grade(data, _write(Path("u.jsonl"), {A: None, "psf__requests-1": None}), "--out", "u") == 2
+    assert f"not in {data}: psf__requests-1" in capsys.readouterr().err and not Path("u").exists()
+    # a selected instance without a prediction: an error naming it, or with --allow-missing a count
+    only_a = _write(Path("a.jsonl"), {A: None})
+    assert _grade(data, only_a, "--instances", f"{A},{B}", "--out", "m") == 2
+    assert f"no prediction for 1 of the 2 selected instances: {B}; pass --allow-missing" in capsys.readouterr().err
+    assert _grade(data, only_a, "--instances", f"{A},{B}", "--out", "m", "--allow-missing") == 0
+    assert "resolved 0, unresolved 0, empty 1, error 0, missing 1 of 2" in capsys.readouterr().err
+    assert _summary("m")["missing_ids"] == [B] and _summary("m")["empty_patch_ids"] == [A]
+
+
+def test_a_local_grading_takes_swebench_s_dict_form_and_re_grades_an_edited_patch(inputs, capsys):
+    data, _ = inputs
+    preds = Path("preds.json")  # SWE-agent's preds.json; an empty-string patch is no patch, as swebench counts it
+    preds.write_text(json.dumps({A: {"model_name_or_path": "org/m", "model_patch": ""},
+                                 B: {"model_name_or_path": "org/m", "instance_id": B, "model_patch": None}}))
+    assert _grade(data, preds, "--out", "d") == 0 and _summary("d")["empty_patch_ids"] == [A, B]
+    # A's patch edited: graded again (no source for its repository here: an error), B's grade kept
+    preds.write_text(json.dumps({A: {"model_name_or_path": "org/m", "model_patch": "diff --git a/x b/x\n"},
+                                 B: {"model_name_or_path": "org/m", "model_patch": None}}))
+    capsys.readouterr()
+    assert _grade(data, preds, "--out", "d") == 0
+    assert "empty 1, error 1 of 2; 1 already graded, 1 re-graded" in capsys.readouterr().err
+    assert _summary("d")["error_ids"] == [A] and _graded(Path("d")) == [A, B, A]
+
+
+def test_an_interrupted_local_grading_names_the_folder_in_make_s_words(inputs, capsys, monkeypatch):
+    from evaluation.swebench.workspaces import local_harness
+
+    data, preds = inputs
+    real = local_harness.grade
+
+    def interrupted_at_b(backend, instance, *a, **k):
+        if instance.instance_id == B:
+            raise KeyboardInterrupt
+        return real(backend, instance, *a, **k)
+
+    monkeypatch.setattr(local_harness, "grade", interrupted_at_b)
+    monkeypatch.setenv("MARS_VIA_MAKE", "1")
+    assert _grade(data, preds, "--workers", "1") == 130
+    err = capsys.readouterr().err
+    made, = Path("runs/swebench").iterdir()
+    assert "empty 1, error 0, not run 1 of 2" in err and f"OUT={made} resumes it" in err
+    monkeypatch.setattr(local_harness, "grade", real)
+    assert _grade(data, preds, "--out", str(made)) == 0
+    assert "1 already graded" in capsys.readouterr().err and _graded(made) == [A, B]

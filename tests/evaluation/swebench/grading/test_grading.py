@@ -198,7 +198,7 @@ def test_evaluate_cli_reports_every_status(by_id, tmp_path, capsys):
     assert summary["unresolved_ids"] == [ids[1]]
     assert summary["empty_patch_ids"] == [ids[2]]
     assert (tmp_path / "logs" / "t" / "m__x" / ids[0] / "report.json").is_file()
-    assert "resolved 1/3" in capsys.readouterr().out
+    assert "resolved 1, unresolved 1, empty 1, error 0 of 3" in capsys.readouterr().out
 
 
 def test_evaluate_cli_names_a_prediction_without_a_patch(by_id, tmp_path, capsys):
@@ -227,7 +227,8 @@ def test_evaluate_cli_exits_non_zero_when_no_instance_could_be_graded(by_id, tmp
 
 def test_evaluate_cli_grades_into_a_run_folder_of_its_own(tmp_path, monkeypatch, capsys):
     """`make swebench-gold`: a new runs/swebench/grade-offline-gold-<time> per run, or OUT; the same
-    grading re-grades there, another one is refused unless --resume or --replace."""
+    grading resumes there (nothing changed: nothing graded again), another one is refused unless
+    --resume or --replace."""
     iid = "marsbench__inireader-17"
     monkeypatch.chdir(tmp_path)
     gold = ["--predictions", "gold", "--run-id", "gold", "--instance-ids", iid]
@@ -236,9 +237,10 @@ def test_evaluate_cli_grades_into_a_run_folder_of_its_own(tmp_path, monkeypatch,
     assert re.fullmatch(r"grade-offline-gold-\d{8}T\d{6}Z", made.name)
     assert json.loads((made / "gold.gold.json").read_text())["resolved_ids"] == [iid]
     assert (made / "logs" / "gold" / "gold" / iid / "report.json").is_file()
-    assert json.loads((made / "run.json").read_text())["instances"] == [iid]
+    assert json.loads((made / "run.json").read_text())["run"]["instances"] == [iid]
     out = tmp_path / "mine"
     assert evaluate.main([*gold, "--out", str(out)]) == 0 and evaluate.main([*gold, "--out", str(out)]) == 0
+    assert "1 already graded, 0 re-graded" in capsys.readouterr().out
     other = ["--predictions", "gold", "--run-id", "gold", "--instance-ids", "marsbench__datespan-23", "--out", str(out)]
     capsys.readouterr()
     assert evaluate.main(other) == 2

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from evaluation.swebench.runs import outcomes
 from tests.evaluation.swebench.runs.test_driver import Agent, Backend, _driver, _instances
 
 pytestmark = pytest.mark.agent
@@ -37,6 +38,7 @@ def test_an_agent_finishing_as_the_run_stops_is_not_graded_and_the_rerun_takes_i
     _driver(tmp_path, backend, StoppingAgent(), workers=1).run(_instances("a"))
     (rec,) = _driver(tmp_path, backend, Agent()).files.records()
     assert not rec.finished and rec.error == "interrupted before grading" and rec.report is None
+    assert outcomes.of_record(rec) == outcomes.NOT_RUN  # the closing line counts it as not run
     assert backend.graded == {}
     summary = _driver(tmp_path, backend, Agent()).run(_instances("a"))
     assert (summary.skipped, summary.attempted, summary.resolved) == (0, 1, 1)
@@ -49,6 +51,7 @@ def test_a_grading_interrupted_by_ctrl_c_is_not_the_patch_result(tmp_path):
     driver.run(_instances("a"))
     (rec,) = driver.files.records()
     assert not rec.finished and rec.error == "interrupted while grading" and rec.report is None
+    assert outcomes.of_record(rec) == outcomes.NOT_RUN
     assert "a" in backend.graded
     summary = _driver(tmp_path, Backend(), Agent()).run(_instances("a"))
     assert (summary.skipped, summary.attempted, summary.resolved) == (0, 1, 1)

@@ -1,11 +1,11 @@
-"""Run folders: a new one per run, the same run resumes, another run's folder is refused, and
---replace deletes only a run's folder."""
+"""The SWE-bench commands' run folders: a new one per run, named for what runs in it, under the
+shared rule (tests/test_run_folder.py) with what each command writes and may not change on resume."""
 from __future__ import annotations
 
 import pytest
 
 from evaluation.swebench.inputs import InputError
-from evaluation.swebench.runs.run_dirs import claim, default_dir
+from evaluation.swebench.runs.run_dirs import agents, claim, default_dir, demo, grading
 
 pytestmark = pytest.mark.agent
 
@@ -18,24 +18,27 @@ def test_default_folders_are_new_for_each_run(tmp_path):
         "local-swe-bench-lite-org_m-19700101T000000Z-2"
 
 
-def test_the_same_run_resumes_another_is_refused_unless_resume_or_replace(tmp_path):
-    d = tmp_path / "r"
-    assert claim(d, {"instances": ["a"]}) is False
-    (d / "grades.jsonl").write_text("x\n")
-    assert claim(d, {"instances": ["a"]}) is True
-    with pytest.raises(InputError, match="holds another run \\(instances a\\); pass --resume"):
-        claim(d, {"instances": ["b"]})
-    assert (d / "grades.jsonl").read_text() == "x\n"
-    assert claim(d, {"instances": ["b"]}, resume=True) is True and (d / "grades.jsonl").is_file()
-    assert claim(d, {"instances": ["c"]}, replace=True) is False and not (d / "grades.jsonl").exists()
-    with pytest.raises(InputError, match="pass one of them"):
-        claim(d, {}, resume=True, replace=True)
+@pytest.mark.parametrize("make, key, other", [
+    (grading, "predictions", "b.jsonl"), (grading, "dataset", "/other.jsonl"),
+    (agents, "policy", "fcfs"), (agents, "model", "models/small"), (agents, "dataset", "/other.jsonl"),
+])
+def test_a_resume_may_not_change_the_run_s_inputs(tmp_path, make, key, other):
+    identity = {"kind": "k", "dataset": "/d.jsonl", "predictions": "a.jsonl", "policy": "mars",
+                "model": "models/tiny", "instances": ["a"]}
+    claim(tmp_path / "r", make(identity))
+    (tmp_path / "r" / "output.jsonl").write_text("x\n")
+    assert claim(tmp_path / "r", make({**identity, "instances": ["a", "b"]}), resume=True) is True
+    with pytest.raises(InputError, match=f"other inputs \\({key}: "):
+        claim(tmp_path / "r", make({**identity, key: other}), resume=True)
 
 
-def test_replace_deletes_no_folder_that_holds_no_run(tmp_path):
-    (tmp_path / "notes.txt").write_text("mine")
-    with pytest.raises(InputError, match="holds results of another run"):
-        claim(tmp_path, {"instances": []})
-    with pytest.raises(InputError, match="holds no run"):
-        claim(tmp_path, {"instances": []}, replace=True)
-    assert (tmp_path / "notes.txt").read_text() == "mine"
+def test_a_demo_s_policy_runs_go_with_it(tmp_path):
+    out = tmp_path / "demo"
+    claim(out, demo({"kind": "demo"}, ["mars", "fcfs"]))
+    for policy in ("mars", "fcfs"):
+        claim(out / policy, agents({"kind": "agents", "policy": policy}))
+        (out / policy / "output.jsonl").write_text("x\n")
+    (out / "report.md").write_text("r")
+    (out / "completion_cdf.png").write_bytes(b"png")
+    assert claim(out, demo({"kind": "demo"}, ["mars", "fcfs"]), replace=True) is False
+    assert [p.name for p in out.iterdir()] == ["run.json"]
