@@ -55,7 +55,7 @@ def summarize(run: RunResult, alpha: float = 3.0) -> dict[str, Any]:
         "pinned_block_seconds": _r(run.pinned_block_seconds, 3),
         "preemptions": int(run.preemptions),
         # Seconds the policy held calls outside an engine that had nothing to run, and their share
-        # of the makespan (work conservation: docs/policies.md#admission-aimd-window).
+        # of the makespan (an admission gate holding work from an idle engine; docs/policies.md).
         "held_idle_s": _r(run.held_idle_s, 3),
         "held_idle_share": _r(run.held_idle_s / makespan, 4) if makespan else None,
     }

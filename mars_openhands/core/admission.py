@@ -48,15 +48,10 @@ thrashing or queueing everyone behind everyone.
 Tail: when the tool plane's cap (not W) binds, once a tick the oldest new session that waited
 longer than each of the latest 20 new sessions admitted goes in past it, within the KV limits.
 
-Work conservation: whenever the engine reports that it has no call running or queued, the head
-of the backlog (the balancer's order, paused sessions first) is admitted at once, whatever the
-limits say. The windows bound what the cache and the tool plane must hold at the crest of a wave;
-an idle engine is no crest, and a call held then is time lost for nobody's gain. A session
-admitted so counts in the working set: if the windows are exceeded it is the first paused at its
-next turn boundary. While the tool plane is overloaded only a paused session resumes so: the idle
-engine is then the bottleneck working, and a new session's tool would queue ahead of the admitted
-sessions' next ones (admitting new sessions then cost the CPU-heavy matrix cells up to 12 % of
-mean latency; docs/policies.md#admission-aimd-window).
+Liveness: when, at a tick, no admitted session has a call in the engine and the tool plane is
+not overloaded, the head of the backlog is admitted whatever the limits say, so the engine never
+idles for more than one control period while work is parked. (With the tool plane overloaded,
+the idle engine is the bottleneck working: more sessions would only queue for tools.)
 
 Paper constants (MARS preview): the interval, W_min, 0.7 / +1, the watermarks, cpu_cap's, 50k
 tokens / 2 long sessions. There is no W_max unless configured (the preview's 30; OpenHands runs
@@ -441,6 +436,7 @@ class AimdAdmission(Admission):
         self._pending_blocks = 0     # first-prefill blocks of sessions admitted since the last tick
         self._preemptions_seen = 0
         self._to_suspend: set[str] = set()
+        self._engine_idle = False
         self._ticks = 0
         self._fruitless: tuple[int, int, int, int, int, float, int] | None = None   # see `select`
         self.engaged_share = 1.0
@@ -489,6 +485,9 @@ class AimdAdmission(Admission):
         preempted = ctx.preemptions > self._preemptions_seen
         self._preemptions_seen = ctx.preemptions
         ws.refresh(ctx)
+        # Liveness: nothing admitted is in the engine. With the tool plane overloaded that is the
+        # bottleneck working, not idleness: more sessions would only queue for tools.
+        self._engine_idle = not p.cpu_overloaded and ws.in_engine == 0
         healthy = p.cpu_healthy and usage <= cfg.kv_low and not preempted
         if p.cpu_overloaded or p.kv_overloaded:
             self.window = max(cfg.w_min, math.floor(cfg.decrease * self.window))
@@ -549,19 +548,16 @@ class AimdAdmission(Admission):
                 chosen = self.balancer.select(backlog, slots, view, ctx, self._kv_room())
                 self._fruitless = None if chosen else state
         if not chosen:
-            if ctx.engine_idle:
-                # Work conservation: the engine runs nothing, so admitting crowds nobody out and
-                # holding the call only wastes the engine. (With the tool plane overloaded the
-                # idle engine is the bottleneck working: a new session's tool would queue ahead of
-                # the admitted sessions' next ones; only a paused session, already in, resumes.)
-                head = self.balancer.order(backlog, 1, p, ctx.kv.blocks_for, ctx.now)[:1]
-                chosen = head if not p.cpu_overloaded or (head and head[0].turns_finished) else []
-                self.idle_admits += len(chosen)
+            if self._engine_idle:
+                # Nothing admitted was in the engine at the last tick: admitting cannot crowd anyone
+                # out, idling can (checked once a tick: the engine idles at most one control period).
+                chosen = self.balancer.order(backlog, 1, p, ctx.kv.blocks_for, ctx.now)[:1]
+                self.idle_admits += 1
             elif self._tail_pass and slots <= 0 and self.cpu_cap is not None and self.cpu_cap < self.window:
                 # The tool plane's cap, not the window, holds the backlog: once a tick, a session
                 # every later one has passed goes in (`_overdue_head`).
                 chosen = self._overdue_head(backlog, ctx)
-        self._tail_pass = False
+        self._engine_idle = self._tail_pass = False
         if chosen:
             self._admitted(chosen, ctx)
         return chosen
@@ -595,9 +591,8 @@ class AimdAdmission(Admission):
             self.working_set.add(s, ctx)
 
     def liveness_bound_s(self, ctx: PolicyContext) -> float | None:
-        """0: an idle engine gets a parked call at once, unless the tool plane is overloaded (see
-        the module docstring)."""
-        return None if self.pressure.cpu_overloaded else 0.0
+        """One control period, unless the tool plane is overloaded (see the module docstring)."""
+        return None if self.pressure.cpu_overloaded else self.interval_s
 
     def suspend(self, s: Session, ctx: PolicyContext) -> bool:
         """True if `s`, at a turn boundary now, must give its place back (see the module docstring)."""

@@ -63,8 +63,6 @@ class PolicyContext:
     #: Requests that got service in the last step (set by `Policy.on_step`); Continuum drops a
     #: pin instead of preempting only when at most one request runs.
     running_requests: int = 0
-    #: The engine had no call running or queued when it last asked for admissions (`Policy.admit`).
-    engine_idle: bool = False
     #: Preemptions so far (admission reads them as a KV overload signal).
     preemptions: int = 0
     #: EMA of how many tokens a session's context grows from one call to the next (measured

@@ -5,10 +5,8 @@ in the same order, and never reach into its strategies or context, so a rule is 
 
   arrival   `on_request_arrival(req, now)` -> True if the call must be parked until admission;
             `resume_pin(session_id)` -> a pin to release once the call's prefix lookup is done.
-  control   `admit(backlog, now, engine_idle=...)` -> the parked sessions to admit now (in
-            order); it re-evaluates the control plane every `admission_interval_s` (next at
-            `next_tick_s`). `engine_idle`: the engine has no call running or queued, so holding
-            a parked call wastes the engine (work conservation admits one at once).
+  control   `admit(backlog, now)` -> the parked sessions to admit now (in order); it re-evaluates
+            the control plane every `admission_interval_s` (next at `next_tick_s`).
   window    `max_active`: most calls the engine keeps active (running + waiting); the rest wait
             in an FCFS overflow queue (`core.window.ActiveWindow`). MARS uses its admission
             `w_max` when one is configured; None = unbounded (the default: admission bounds it).
@@ -197,11 +195,9 @@ class Policy:
         """The policy's view of a session (None once it ended or was forgotten)."""
         return self.ctx.sessions.get(session_id)
 
-    def admit(self, backlog: Sequence[Session], now: float, *, engine_idle: bool = False) -> list[Session]:
-        """Admit parked sessions (arrival order in `backlog`) as the control plane allows;
-        `engine_idle`: the engine has no call running or queued right now."""
+    def admit(self, backlog: Sequence[Session], now: float) -> list[Session]:
+        """Admit parked sessions (arrival order in `backlog`) as the control plane allows."""
         self.ctx.now = now
-        self.ctx.engine_idle = engine_idle
         if self.admission is None:
             chosen = list(backlog)
         else:

@@ -321,9 +321,7 @@ class Engine:
         backlog, pol = self.backlog, self.policy
         if self._backlog_core is None:
             self._backlog_core = [pol.session(s.sid) for s in backlog]
-        sched = self.scheduler
-        idle = not (sched.running or sched.waiting or sched.window)
-        chosen = pol.admit(self._backlog_core, self.now, engine_idle=idle)
+        chosen = pol.admit(self._backlog_core, self.now)
         if not chosen:
             return False
         ids = {c.session_id for c in chosen}

@@ -216,8 +216,7 @@ class MarsSchedulerMixin(_SchedulerBase):
         backlog, forgotten = self._parked.backlog()
         sessions = self.mars.ctx.sessions
         known = len(sessions)
-        idle = self._num_active() == 0 and not self._window
-        admitted = [s.session_id for s in self.mars.admit(backlog, now, engine_idle=idle)]
+        admitted = [s.session_id for s in self.mars.admit(backlog, now)]
         if len(sessions) != known:       # it forgot idle sessions: look the parked ones up again
             self._parked.mark_stale()
         # A parked session the policy forgot (it ended) must not strand its calls.
