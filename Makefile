@@ -158,7 +158,7 @@ swebench-dataset: setup-agent
 
 # swebench-gold: a new runs/swebench/grade-offline-gold-<UTC time> per run, or OUT (RESUME, REPLACE: below)
 swebench-gold: setup-agent
-	$(VIA_MAKE) $(AGENT_PY) -m evaluation.swebench.grading.evaluate --predictions gold --run-id gold --workers 2 \
+	$(VIA_MAKE) $(AGENT_PY) -m evaluation.swebench.evaluate --predictions gold --run-id gold --workers 2 \
 		$(RUN_DIR_ARGS) $(STATUS)
 
 # SWE-bench through OpenHands agents on a MARS-scheduled vLLM engine (evaluation/swebench/run.py).

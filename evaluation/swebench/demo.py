@@ -11,7 +11,7 @@ holding anything else is refused unless `--resume` or `--replace`.
 
 `--mode offline` (make demo): the bundled tasks. `--mode local` (make demo-real): real SWE-bench
 instances from a dataset file, their repositories from local sources, per-(repo, version)
-environments from swebench's specs (`workspaces/local_harness.py`), so the agents wait on real pytest runs
+environments from swebench's specs (`runs/local_harness.py`), so the agents wait on real pytest runs
 and real file contents. It checks every input first and stops at once naming what to provide,
 then builds (or finds cached) every environment before the first policy runs, so no policy pays
 for a build.
@@ -41,7 +41,7 @@ from evaluation.swebench.runs.engine_proc import REPO
 from mars_openhands.hints import flag
 
 if TYPE_CHECKING:
-    from evaluation.swebench.workspaces.local_harness import LocalBackend
+    from evaluation.swebench.runs.local_harness import LocalBackend
 
 DEFAULT_POLICIES = "mars,fcfs"
 REAL_INSTANCES = REPO / "evaluation" / "swebench" / "data" / "instances" / "lite-10.txt"

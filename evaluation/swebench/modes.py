@@ -7,7 +7,7 @@ full: the official dataset (hub name or local file), an OpenHands agent-server c
   `/testbed` through a RemoteConversation), grading by the real swebench harness after the run.
   `preflight_full` names everything that is missing before anything starts.
 local: real instances (a hub-layout .json/.jsonl/.parquet file) in local trees with per-(repo,
-  version) environments from swebench's specs, graded on the host (`workspaces/local_harness.py`).
+  version) environments from swebench's specs, graded on the host (`runs/local_harness.py`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol
 
-from evaluation.swebench.grading import patches
+from evaluation.swebench.git import extract_patch, ignore_build_droppings, remove_binary_diffs
 from evaluation.swebench.inputs import InputError
 from evaluation.swebench.records import JSONDict, RecordError, SweInstance
 from mars_openhands.hints import flag
@@ -50,7 +50,7 @@ class OfflineBackend:
         from evaluation.swebench.workspaces.workspace import create_workspace
 
         ws = create_workspace(instance, parent=scratch)
-        patches.ignore_build_droppings(ws)
+        ignore_build_droppings(ws)
         return ws
 
     def agent_workspace(self, workspace: Path) -> str:
@@ -66,7 +66,7 @@ class OfflineBackend:
         return workspace
 
     def extract_patch(self, workspace: Path, base_commit: str) -> str:
-        return patches.extract_patch(workspace, base_commit)
+        return extract_patch(workspace, base_commit)
 
     def remove_workspace(self, workspace: Path) -> None:
         shutil.rmtree(workspace, ignore_errors=True)
@@ -246,7 +246,7 @@ class DockerBackend:
             timeout=120)
         if result.exit_code != 0:
             raise RuntimeError(f"git diff in the container failed: {result.stderr.strip()[:300]}")
-        return patches.remove_binary_diffs(result.stdout)
+        return remove_binary_diffs(result.stdout)
 
     def remove_workspace(self, workspace: ContainerWorkspace) -> None:
         workspace.cleanup()

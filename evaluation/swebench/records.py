@@ -1,4 +1,5 @@
-"""Typed records of the SWE-bench driver: instances, predictions, engine turns and run records.
+"""Typed records of the SWE-bench driver: instances, predictions, engine turns and run records, and
+where the bundled task repo's records live.
 
 Plain dicts exist only at the I/O edge. `from_dict` checks a dict read from a dataset or a jsonl
 file and raises `RecordError` naming the instance and the field that is missing or mistyped;
@@ -12,8 +13,13 @@ import ast
 import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
+#: The bundled offline task repo (``sweb.yaml`` + ``tasks/<id>/``, `taskrepo/`), data kept apart from
+#: the code; its projects' sources live in ``repos/<name>/``.
+TASK_REPO = Path(__file__).resolve().parent / "data"
+REPOS_DIR = TASK_REPO / "repos"
 #: A JSON object produced by another tool (OpenHands events and metrics, a grading report).
 JSONDict = dict[str, Any]
 

@@ -57,7 +57,7 @@ from mars_openhands.openhands.config import (
 from mars_openhands.run_folder import input_hash
 
 if TYPE_CHECKING:
-    from evaluation.swebench.workspaces.local_harness import LocalBackend
+    from evaluation.swebench.runs.local_harness import LocalBackend
 
 OFFLINE_DATASETS = ("marsbench/SWE-bench_offline", "offline", "")
 DATASET_ENV = "SWEBENCH_DATASET"
@@ -156,7 +156,8 @@ def agent_config(args: argparse.Namespace, cfg: MarsConfig | None, engine_url: s
 
 
 def _offline_instances(args: argparse.Namespace, ids: list[str] | None) -> list[SweInstance]:
-    from evaluation.swebench.taskrepo.tasks import TASK_REPO, load_instances
+    from evaluation.swebench.records import TASK_REPO
+    from evaluation.swebench.taskrepo.tasks import load_instances
 
     if args.dataset not in OFFLINE_DATASETS and Path(args.dataset).resolve() != TASK_REPO:
         raise InputError(f"--dataset {args.dataset!r}: offline mode runs the bundled task repo only "
@@ -170,8 +171,8 @@ def _offline_instances(args: argparse.Namespace, ids: list[str] | None) -> list[
 def _local(args: argparse.Namespace, ids: list[str] | None) -> tuple[list[SweInstance], LocalBackend]:
     """Real instances from a dataset file and the local backend (sources, env cache, specs)."""
     from evaluation.swebench import inputs
+    from evaluation.swebench.runs.local_harness import LocalBackend  # noqa: F811 - the runtime import
     from evaluation.swebench.workspaces.local_env import EnvCache
-    from evaluation.swebench.workspaces.local_harness import LocalBackend  # noqa: F811 - the runtime import
 
     problems: list[str] = []
     dataset = local_dataset(args)
@@ -228,8 +229,8 @@ def _print_summary(summary: RunSummary, ids: Collection[str]) -> int:
 
 def environment_errors(run_dir: Path) -> dict[str, str]:
     """Instances whose grading failed for the environment (e.g. tests that need the network)."""
+    from evaluation.swebench.runs.local_harness import ENVIRONMENT_ERROR
     from evaluation.swebench.runs.outputs import RunFiles
-    from evaluation.swebench.workspaces.local_harness import ENVIRONMENT_ERROR
 
     return {r.instance_id: str(r.report.get("error")) for r in RunFiles(run_dir).records()
             if r.report and str(r.report.get("error") or "").startswith(ENVIRONMENT_ERROR)}
@@ -258,7 +259,7 @@ def run(args: argparse.Namespace) -> int:
     elif mode == modes.LOCAL:
         instances, backend = _local(args, ids)
         if args.predictions:
-            from evaluation.swebench.grading.local_predictions import grade_predictions
+            from evaluation.swebench.runs.local_predictions import grade_predictions
 
             return grade_predictions(args, local_dataset(args), instances, backend)
     else:

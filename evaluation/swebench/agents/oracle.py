@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
-from evaluation.swebench.grading.patches import FilePatch, parse_patch
+from evaluation.swebench.git import FilePatch, parse_patch
 from evaluation.swebench.records import JSONDict, SweInstance
 
 ORACLE_LABEL = "oracle-harness"

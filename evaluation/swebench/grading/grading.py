@@ -36,9 +36,10 @@ from swebench.harness.grading import get_eval_report
 from swebench.harness.run_evaluation import GIT_APPLY_CMDS
 from swebench.harness.utils import make_test_spec
 
+from evaluation.swebench.git import git_env
 from evaluation.swebench.records import JSONDict, Prediction, SweInstance
 from evaluation.swebench.workspaces.process_groups import ProcessGroups
-from evaluation.swebench.workspaces.workspace import create_workspace, git_env
+from evaluation.swebench.workspaces.workspace import create_workspace
 
 RESOLVED, UNRESOLVED, EMPTY, ERROR = "resolved", "unresolved", "empty", "error"
 _EVALS = ProcessGroups()  # eval scripts in flight, for kill_running_evals()
@@ -57,7 +58,7 @@ class GradeResult:
     test_output: str = ""
     duration_s: float = 0.0
     log_dir: Path | None = None
-    input_hash: str | None = None  # what it was graded from (grading/grade_log.py)
+    input_hash: str | None = None  # what it was graded from (runs/grade_log.py)
 
     @property
     def resolved(self) -> bool:
@@ -144,6 +145,66 @@ def record_report(result: GradeResult, test_spec: Any, prediction: Prediction, o
         result.error = f"no test results could be parsed from {LOG_TEST_OUTPUT}"
 
 
+@dataclass
+class Testbed:
+    """Where a prediction is graded: a tree at the base commit, the interpreter of its tests, and the
+    grader's own parts (each made when `grade_on_host` needs it, in the order it needs them)."""
+
+    tree: Path
+    python: str
+    eval_script: Callable[[], str]                 # the eval script to run in `tree`
+    test_spec: Callable[[str], Any]                # swebench's TestSpec to grade that script's output
+    environment_failure: Callable[[str], str | None] | None = None  # see `record_report`
+    stopped: Callable[[], bool] = lambda: False    # Ctrl-C: the tests must not start
+
+
+def grade_on_host(instance: SweInstance, model_patch: str, testbed: Callable[[Path, Path], Testbed], *, model_name: str,
+                  log_dir: Path | None, timeout: float, start: float, stale: tuple[str, ...] = ()) -> GradeResult:
+    """The grading both graders share: `testbed(scratch, logs)` makes the tree, the model patch is
+    applied with the harness's chain (a blank one is not applied), the eval script runs and swebench
+    grades its output. Every failure is recorded as an error, never raised: one broken instance must
+    not stop a run. The scratch folder is always removed; ``log_dir`` keeps swebench's per-instance
+    files (``stale``, and the files of an earlier grading there, are removed first)."""
+    iid = instance.instance_id
+    scratch = Path(tempfile.mkdtemp(prefix=f"swe-grade-{iid}-"))
+    logs = Path(log_dir) if log_dir is not None else scratch / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    for name in ("patch.diff", "eval.sh", *stale, LOG_TEST_OUTPUT, LOG_INSTANCE, LOG_REPORT):
+        (logs / name).unlink(missing_ok=True)  # a re-grade must not leave the last run's files
+    run_log: list[str] = []
+    result = GradeResult(iid, ERROR, log_dir=logs if log_dir is not None else None)
+    try:
+        bed = testbed(scratch, logs)
+        patch_file = logs / "patch.diff"
+        patch_file.write_text(model_patch)
+        if model_patch.strip() and not _apply_patch(bed.tree, patch_file.resolve(), run_log):
+            result.error = f"{APPLY_PATCH_FAIL}: the model patch does not apply at {instance.base_commit}"
+            return result
+        if bed.stopped():
+            result.error = "interrupted before the tests ran"
+            return result
+        script = bed.eval_script()
+        eval_file = logs / "eval.sh"
+        eval_file.write_text(script)
+        output = logs / LOG_TEST_OUTPUT
+        finished = run_eval_script(eval_file.resolve(), bed.tree, output, bed.python, timeout)
+        result.test_output = output.read_text(errors="replace")
+        if not finished:
+            result.error = f"{TESTS_TIMEOUT}: killed after at most {timeout} s"
+            return result
+        record_report(result, bed.test_spec(script), Prediction(iid, model_name, model_patch), output, logs,
+                      bed.environment_failure)
+        return result
+    except Exception as e:  # recorded, never raised: one broken instance must not stop a run
+        result.error = f"{type(e).__name__}: {e}"
+        return result
+    finally:
+        result.duration_s = time.perf_counter() - start
+        run_log.append(f"status: {result.status}" + (f" ({result.error})" if result.error else ""))
+        (logs / LOG_INSTANCE).write_text("\n".join(run_log) + "\n")
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
 def grade(
     instance: SweInstance,
     model_patch: str | None,
@@ -153,7 +214,8 @@ def grade(
     timeout: float = 300.0,
     python: str = sys.executable,
 ) -> GradeResult:
-    """Grade ``model_patch`` for ``instance``: resolved, unresolved, empty or error.
+    """Grade ``model_patch`` for ``instance`` in a bundled task's workspace: resolved, unresolved,
+    empty (no patch, or a blank one) or error.
 
     ``log_dir`` keeps swebench's per-instance files (patch.diff, eval.sh, test_output.txt,
     run_instance.log, report.json); without it they live in the temporary directory,
@@ -166,37 +228,11 @@ def grade(
         report = {"patch_is_None": model_patch is None, "patch_exists": False,
                   "patch_successfully_applied": False, "resolved": False}
         return GradeResult(iid, EMPTY, report, duration_s=time.perf_counter() - start)
-
     test_spec = make_test_spec(instance.to_dict())
-    scratch = Path(tempfile.mkdtemp(prefix=f"swe-grade-{iid}-"))
-    logs = Path(log_dir) if log_dir is not None else scratch / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
-    for stale in ("patch.diff", "eval.sh", LOG_TEST_OUTPUT, LOG_INSTANCE, LOG_REPORT):
-        (logs / stale).unlink(missing_ok=True)  # a re-grade must not leave the last run's files
-    run_log: list[str] = []
-    result = GradeResult(iid, ERROR, log_dir=Path(log_dir) if log_dir is not None else None)
-    try:
-        workspace = create_workspace(instance, parent=scratch)
-        patch_file = logs / "patch.diff"
-        patch_file.write_text(model_patch)
-        if not _apply_patch(workspace, patch_file.resolve(), run_log):
-            result.error = f"{APPLY_PATCH_FAIL}: the model patch does not apply at {instance.base_commit}"
-            return result
-        eval_file = logs / "eval.sh"
-        eval_file.write_text(test_spec.eval_script)
-        output = logs / LOG_TEST_OUTPUT
-        finished = run_eval_script(eval_file.resolve(), workspace, output, python, timeout)
-        result.test_output = output.read_text(errors="replace")
-        if not finished:
-            result.error = f"{TESTS_TIMEOUT}: killed after at most {timeout} s"
-            return result
-        record_report(result, test_spec, Prediction(iid, model_name, model_patch), output, logs)
-        return result
-    except Exception as e:  # recorded, never raised: one broken instance must not stop a run
-        result.error = f"{type(e).__name__}: {e}"
-        return result
-    finally:
-        result.duration_s = time.perf_counter() - start
-        run_log.append(f"status: {result.status}" + (f" ({result.error})" if result.error else ""))
-        (logs / LOG_INSTANCE).write_text("\n".join(run_log) + "\n")
-        shutil.rmtree(scratch, ignore_errors=True)
+
+    def testbed(scratch: Path, logs: Path) -> Testbed:
+        return Testbed(create_workspace(instance, parent=scratch), python, lambda: test_spec.eval_script,
+                       lambda script: test_spec)
+
+    return grade_on_host(instance, model_patch, testbed, model_name=model_name, log_dir=log_dir, timeout=timeout,
+                         start=start)

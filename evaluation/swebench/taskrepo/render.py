@@ -19,8 +19,9 @@ from pathlib import Path
 
 import yaml
 
-from evaluation.swebench.taskrepo.tasks import TASK_REPO
-from evaluation.swebench.workspaces.workspace import COMMIT_MESSAGE, IDENTITY, source_dir
+from evaluation.swebench.git import IDENTITY
+from evaluation.swebench.records import TASK_REPO
+from evaluation.swebench.workspaces.workspace import COMMIT_MESSAGE, source_dir
 
 HEREDOC = "EOF_114329324912"
 PYTEST_VERSION = "8.3.5"

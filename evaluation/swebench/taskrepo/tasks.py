@@ -1,17 +1,15 @@
-"""The bundled offline task repo: where it lives and how its instances are loaded.
+"""The bundled offline task repo: how its instances are loaded.
 
-The task repo is ``evaluation/swebench/data`` (``sweb.yaml`` + ``tasks/<id>/``), data kept apart from this
-code, in the format ``swebench dataset check`` validates; the projects' sources live in ``repos/<name>/``.
+The task repo is ``evaluation/swebench/data`` (``sweb.yaml`` + ``tasks/<id>/``; where it lives:
+`records.TASK_REPO`), data kept apart from this code, in the format ``swebench dataset check``
+validates; the projects' sources live in ``repos/<name>/``.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from evaluation.swebench.records import SweInstance
-
-TASK_REPO = Path(__file__).resolve().parents[1] / "data"
-REPOS_DIR = TASK_REPO / "repos"
+from evaluation.swebench.records import TASK_REPO, SweInstance
 
 
 def load_instances(instance_ids: list[str] | None = None, task_repo: Path = TASK_REPO) -> list[SweInstance]:

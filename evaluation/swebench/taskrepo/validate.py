@@ -22,10 +22,11 @@ from swebench.harness.constants import TestStatus
 from swebench.harness.grading import get_logs_eval
 from swebench.harness.utils import make_test_spec
 
+from evaluation.swebench.git import git
 from evaluation.swebench.grading.grading import run_eval_script
-from evaluation.swebench.records import SweInstance
-from evaluation.swebench.taskrepo.tasks import TASK_REPO, load_instances
-from evaluation.swebench.workspaces.workspace import create_workspace, git
+from evaluation.swebench.records import TASK_REPO, SweInstance
+from evaluation.swebench.taskrepo.tasks import load_instances
+from evaluation.swebench.workspaces.workspace import create_workspace
 
 _PASSING = {TestStatus.PASSED.value, TestStatus.XFAIL.value}
 

@@ -1,2 +1,2 @@
-"""Workspace backends: bundled-task repositories, and real instances without Docker (their environments,
-terminals and process groups)."""
+"""Workspaces: bundled-task repositories, and what real instances without Docker stand on (their sources,
+environments, terminals and process groups; the backend that drives them is `runs/local_harness.py`)."""

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from evaluation.swebench.workspaces.workspace import git_env
+from evaluation.swebench.git import git_env
 from mars_openhands.hints import flag
 
 FETCH_TIMEOUT_S = 600.0

@@ -8,48 +8,15 @@ yields the same commit id, on any machine, offline.
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
 import tempfile
 from pathlib import Path
 
-from evaluation.swebench.records import SweInstance
-from evaluation.swebench.taskrepo.tasks import REPOS_DIR
+from evaluation.swebench.git import WorkspaceError, git
+from evaluation.swebench.records import REPOS_DIR, SweInstance
 
 _IGNORED = {"__pycache__", ".pytest_cache", ".git"}
 COMMIT_MESSAGE = "Import {name} at its base revision"
-IDENTITY = {
-    "GIT_AUTHOR_NAME": "mars-openhands",
-    "GIT_AUTHOR_EMAIL": "bench@mars-openhands.invalid",
-    "GIT_AUTHOR_DATE": "2026-01-01T00:00:00+0000",
-    "GIT_COMMITTER_NAME": "mars-openhands",
-    "GIT_COMMITTER_EMAIL": "bench@mars-openhands.invalid",
-    "GIT_COMMITTER_DATE": "2026-01-01T00:00:00+0000",
-}
-
-
-class WorkspaceError(RuntimeError):
-    """A workspace could not be created."""
-
-
-def git_env() -> dict[str, str]:
-    """Environment for git with the user's and system config shut out."""
-    env = dict(os.environ)
-    env.update(IDENTITY)
-    env.update({"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "LC_ALL": "C"})
-    return env
-
-
-def git(cwd: Path, *args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
-    """Run git in ``cwd``; raise WorkspaceError with its output when it fails."""
-    proc = subprocess.run(
-        ["git", "-c", "core.autocrlf=false", "-c", "commit.gpgsign=false", *args],
-        cwd=cwd, env=git_env(), input=input, capture_output=True, text=True,
-    )
-    if proc.returncode != 0:
-        raise WorkspaceError(f"git {' '.join(args)} failed in {cwd}: {proc.stderr.strip()}")
-    return proc
 
 
 def source_dir(repo: str) -> Path:

@@ -48,7 +48,7 @@ else:  # the SDK writes under ~/.openhands: keep it in a temp dir; never fetch p
 @pytest.fixture
 def git_repo(tmp_path: Path) -> tuple[Path, str]:
     """A small committed repository: (path, base commit)."""
-    from evaluation.swebench.workspaces.workspace import git
+    from evaluation.swebench.git import git
 
     repo = tmp_path / "repo"
     (repo / "pkg").mkdir(parents=True)

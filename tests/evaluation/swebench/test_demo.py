@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.evaluation.swebench.workspaces.test_local_harness import source  # noqa: F401 - a fixture
+from tests.evaluation.swebench.runs.test_local_harness import source  # noqa: F401 - a fixture
 
 pytestmark = pytest.mark.agent
 
@@ -52,8 +52,8 @@ def test_a_source_that_cannot_give_the_environment_stops_the_demo_with_its_name(
 
     from evaluation.swebench import demo
     from evaluation.swebench.workspaces import specs
+    from tests.evaluation.swebench.runs.test_local_harness import HOST_PTH, REPO, _instance
     from tests.evaluation.swebench.test_run_ctrl_c import _specs_wheel
-    from tests.evaluation.swebench.workspaces.test_local_harness import HOST_PTH, REPO, _instance
 
     monkeypatch.setenv(specs.SPECS_ENV, str(_specs_wheel(tmp_path / "swebench-4.1.0-py3-none-any.whl", [HOST_PTH])))
     data = tmp_path / "lite.jsonl"

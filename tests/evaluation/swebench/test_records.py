@@ -35,7 +35,7 @@ def test_a_hub_row_is_read_with_its_json_test_lists_and_keeps_the_other_columns(
 def test_task_repo_instances_round_trip_to_the_dict_swebench_loaded():
     from swebench.task.repo import load_task_repo
 
-    from evaluation.swebench.taskrepo.tasks import TASK_REPO
+    from evaluation.swebench.records import TASK_REPO
 
     raw = {d["instance_id"]: d for d in load_task_repo(TASK_REPO, None)}
     for inst in load_instances():

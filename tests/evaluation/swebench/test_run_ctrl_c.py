@@ -25,8 +25,7 @@ import pytest
 from evaluation.swebench.workspaces import specs
 from evaluation.swebench.workspaces.local_env import STAMP
 from evaluation.swebench.workspaces.sources import SOURCES_ENV
-from tests.evaluation.swebench.test_run import _env, _ours, _records
-from tests.evaluation.swebench.workspaces.test_local_harness import (  # noqa: F401 - source is a fixture
+from tests.evaluation.swebench.runs.test_local_harness import (  # noqa: F401 - source is a fixture
     HOST_PTH,
     REPO,
     REQS_PATHS,
@@ -35,6 +34,7 @@ from tests.evaluation.swebench.workspaces.test_local_harness import (  # noqa: F
     _instance,
     source,
 )
+from tests.evaluation.swebench.test_run import _env, _ours, _records
 
 ROOT = Path(__file__).resolve().parents[3]
 pytestmark = [pytest.mark.agent, pytest.mark.slow]

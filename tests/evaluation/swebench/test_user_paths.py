@@ -14,8 +14,8 @@ import pytest
 from evaluation.swebench.records import RunRecord, Timings
 from evaluation.swebench.runs.outputs import RunFiles
 from evaluation.swebench.workspaces import specs
+from tests.evaluation.swebench.runs.test_local_harness import HOST_PTH, _instance
 from tests.evaluation.swebench.test_run_ctrl_c import _specs_wheel
-from tests.evaluation.swebench.workspaces.test_local_harness import HOST_PTH, _instance
 
 ROOT = Path(__file__).resolve().parents[3]
 pytestmark = pytest.mark.agent
@@ -219,7 +219,7 @@ def test_a_local_grading_takes_swebench_s_dict_form_and_re_grades_an_edited_patc
 
 
 def test_an_interrupted_local_grading_names_the_folder_in_make_s_words(inputs, capsys, monkeypatch):
-    from evaluation.swebench.workspaces import local_harness
+    from evaluation.swebench.runs import local_harness
 
     data, preds = inputs
     real = local_harness.grade

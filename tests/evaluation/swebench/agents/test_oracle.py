@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from evaluation.swebench.agents.oracle import Oracle, OracleError, OracleStep, StepKind, edit_steps, plan_trajectory
-from evaluation.swebench.grading.patches import extract_patch, ignore_build_droppings, parse_patch
+from evaluation.swebench.git import extract_patch, ignore_build_droppings, parse_patch
 from evaluation.swebench.records import SweInstance
 from evaluation.swebench.taskrepo.tasks import load_instances
 from evaluation.swebench.workspaces.workspace import create_workspace

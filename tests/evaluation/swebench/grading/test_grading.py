@@ -13,11 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from evaluation.swebench.grading import evaluate
+from evaluation.swebench import evaluate
+from evaluation.swebench.git import git
 from evaluation.swebench.grading.grading import EMPTY, ERROR, RESOLVED, UNRESOLVED, grade, kill_running_evals
 from evaluation.swebench.records import SweInstance
 from evaluation.swebench.taskrepo.render import patched_files
-from evaluation.swebench.workspaces.workspace import create_workspace, git
+from evaluation.swebench.workspaces.workspace import create_workspace
 
 pytestmark = pytest.mark.agent
 

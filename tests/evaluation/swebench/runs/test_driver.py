@@ -9,11 +9,10 @@ from pathlib import Path
 import pytest
 
 from evaluation.swebench.agents.agent_runner import AgentOutcome
+from evaluation.swebench.git import extract_patch, git
+from evaluation.swebench.records import RunRecord, SweInstance
 from evaluation.swebench.runs.driver import Driver, DriverConfig
 from evaluation.swebench.runs.outputs import read_jsonl
-from evaluation.swebench.grading.patches import extract_patch
-from evaluation.swebench.records import RunRecord, SweInstance
-from evaluation.swebench.workspaces.workspace import git
 from mars_openhands.openhands.config import AgentConfig, EmitterConfig, LLMConfig, MarsConfig, WorkspaceConfig
 
 pytestmark = pytest.mark.agent

@@ -15,11 +15,12 @@ import pytest
 from swebench.task.checks import check_task_repo, errors
 from swebench.task.publish import write_parquets
 
+from evaluation.swebench.git import WorkspaceError
 from evaluation.swebench.grading.grading import RESOLVED, grade
-from evaluation.swebench.records import SweInstance
+from evaluation.swebench.records import TASK_REPO, SweInstance
 from evaluation.swebench.taskrepo.render import patched_files, rendered
-from evaluation.swebench.taskrepo.tasks import TASK_REPO, load_instances
-from evaluation.swebench.workspaces.workspace import WorkspaceError, create_workspace, init_workspace, source_dir
+from evaluation.swebench.taskrepo.tasks import load_instances
+from evaluation.swebench.workspaces.workspace import create_workspace, init_workspace, source_dir
 
 pytestmark = pytest.mark.agent
 

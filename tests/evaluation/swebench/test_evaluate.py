@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from evaluation.swebench.grading import evaluate
-from evaluation.swebench.grading.grade_log import GRADES
+from evaluation.swebench import evaluate
+from evaluation.swebench.runs.grade_log import GRADES
 from evaluation.swebench.taskrepo.tasks import load_instances
 from mars_openhands.hints import MAKE_ENV
 

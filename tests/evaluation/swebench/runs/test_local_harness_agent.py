@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from evaluation.swebench.runs.driver import ORACLE, Driver, DriverConfig
+from evaluation.swebench.runs.local_harness import LocalBackend
 from evaluation.swebench.workspaces.local_env import EnvCache
-from evaluation.swebench.workspaces.local_harness import LocalBackend
 from evaluation.swebench.workspaces.sources import RepoSources
-from tests.evaluation.swebench.workspaces.test_local_harness import REPO, _instance, _tables, source  # noqa: F401 - fixture
+from tests.evaluation.swebench.runs.test_local_harness import REPO, _instance, _tables, source  # noqa: F401 - fixture
 
 pytestmark = [pytest.mark.agent, pytest.mark.slow]
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from evaluation.swebench.grading.patches import (
+from evaluation.swebench.git import (
     extract_patch,
     ignore_build_droppings,
     parse_patch,

@@ -1,6 +1,6 @@
 """A grading's `grades.jsonl`: each graded instance with the hash of what it was graded from.
 
-Both graders (`grading/evaluate.py`, `grading/local_predictions.py`) append one line per instance as
+Both graders (`evaluate.py`, `runs/local_predictions.py`) append one line per instance as
 it is graded (the last line of an instance counts). Resuming keeps a grade only where its recorded
 hash is the current input's (the patch, the dataset record, the model: `input_hash`); an instance
 whose input changed is graded again and counted as re-graded, one that ended in an error is

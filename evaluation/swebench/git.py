@@ -1,4 +1,8 @@
-"""Unified diffs: parse them, drop binary parts, and take an agent's patch out of its workspace.
+"""Git for every workspace: a shut-off environment, commands that fail loudly, and patches (parse
+unified diffs, drop binary parts, take an agent's patch out of its workspace).
+
+Every backend's trees (bundled tasks, real instances, the agent's and the grader's) are driven
+through here, so git behaves the same whatever the user's own config says.
 
 The patch an agent produced is `git diff` of everything in the workspace (new files included)
 against the instance's base commit, as OpenHands' own SWE-bench driver does. Binary diffs are
@@ -8,12 +12,44 @@ stray `.pyc` would make an otherwise good patch fail to apply.
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from evaluation.swebench.workspaces.workspace import git_env
+IDENTITY = {
+    "GIT_AUTHOR_NAME": "mars-openhands",
+    "GIT_AUTHOR_EMAIL": "bench@mars-openhands.invalid",
+    "GIT_AUTHOR_DATE": "2026-01-01T00:00:00+0000",
+    "GIT_COMMITTER_NAME": "mars-openhands",
+    "GIT_COMMITTER_EMAIL": "bench@mars-openhands.invalid",
+    "GIT_COMMITTER_DATE": "2026-01-01T00:00:00+0000",
+}
+
+
+class WorkspaceError(RuntimeError):
+    """A workspace could not be created."""
+
+
+def git_env() -> dict[str, str]:
+    """Environment for git with the user's and system config shut out."""
+    env = dict(os.environ)
+    env.update(IDENTITY)
+    env.update({"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "LC_ALL": "C"})
+    return env
+
+
+def git(cwd: Path, *args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
+    """Run git in ``cwd``; raise WorkspaceError with its output when it fails."""
+    proc = subprocess.run(
+        ["git", "-c", "core.autocrlf=false", "-c", "commit.gpgsign=false", *args],
+        cwd=cwd, env=git_env(), input=input, capture_output=True, text=True,
+    )
+    if proc.returncode != 0:
+        raise WorkspaceError(f"git {' '.join(args)} failed in {cwd}: {proc.stderr.strip()}")
+    return proc
+
 
 #: Build and test droppings no SWE-bench repo tracks; kept out of the agent's patch.
 IGNORED_IN_PATCH = ("__pycache__/", "*.py[cod]", ".pytest_cache/", "*.egg-info/", ".mypy_cache/",

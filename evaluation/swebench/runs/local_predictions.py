@@ -18,16 +18,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from evaluation.swebench import inputs
-from evaluation.swebench.grading import grade_log
-from evaluation.swebench.grading.evaluate import summarize
 from evaluation.swebench.grading.grading import ERROR, GradeResult
 from evaluation.swebench.grading.selection import Selection, select
+from evaluation.swebench.grading.summary import summarize
 from evaluation.swebench.records import SweInstance
-from evaluation.swebench.runs import outcomes, run_dirs
+from evaluation.swebench.runs import grade_log, outcomes, run_dirs
 from mars_openhands.hints import flag
 
 if TYPE_CHECKING:
-    from evaluation.swebench.workspaces.local_harness import LocalBackend
+    from evaluation.swebench.runs.local_harness import LocalBackend
 
 #: the table's error column: long messages lose their middle, never the hint at their end
 ERROR_WIDTH = 160
@@ -52,8 +51,8 @@ def grade_predictions(args: argparse.Namespace, dataset: str, instances: list[Sw
                       backend: LocalBackend) -> int:
     """Grade, print the table and the closing line; 1 when no instance could be graded, 130 when
     interrupted (what was graded is kept, the closing line counts the rest as not run)."""
+    from evaluation.swebench.runs.local_harness import counts, grade_all
     from evaluation.swebench.workspaces.local_env import stopping
-    from evaluation.swebench.workspaces.local_harness import counts, grade_all
 
     chosen, model = patches_to_grade(args, dataset, instances)
     patches = chosen.patches

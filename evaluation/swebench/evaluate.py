@@ -1,7 +1,7 @@
 """Grade a predictions file against the bundled task repo on the host (no Docker).
 
-    python -m evaluation.swebench.grading.evaluate --predictions gold
-    python -m evaluation.swebench.grading.evaluate --predictions runs/x/predictions.jsonl --workers 2
+    python -m evaluation.swebench.evaluate --predictions gold
+    python -m evaluation.swebench.evaluate --predictions runs/x/predictions.jsonl --workers 2
 
 Writes swebench's per-instance logs under ``<log-root>/<run-id>/<model>/<instance>/`` and a
 run summary ``<model>.<run-id>.json`` with swebench's report fields, and prints the summary.
@@ -22,7 +22,7 @@ import json
 import os
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -30,21 +30,13 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a hub name must fail fast, not r
 
 from tqdm import tqdm  # noqa: E402
 
-from evaluation.swebench.grading import grade_log  # noqa: E402
-from evaluation.swebench.grading.grading import (  # noqa: E402
-    EMPTY,
-    ERROR,
-    RESOLVED,
-    UNRESOLVED,
-    GradeResult,
-    grade,
-    kill_running_evals,
-)
+from evaluation.swebench.grading.grading import ERROR, GradeResult, grade, kill_running_evals  # noqa: E402
 from evaluation.swebench.grading.selection import Selection, select  # noqa: E402
+from evaluation.swebench.grading.summary import summarize  # noqa: E402
 from evaluation.swebench.inputs import InputError, load_predictions_file  # noqa: E402
-from evaluation.swebench.records import JSONDict, Prediction, SweInstance  # noqa: E402
-from evaluation.swebench.runs import outcomes, run_dirs  # noqa: E402
-from evaluation.swebench.taskrepo.tasks import TASK_REPO, load_instances  # noqa: E402
+from evaluation.swebench.records import TASK_REPO, JSONDict, Prediction, SweInstance  # noqa: E402
+from evaluation.swebench.runs import grade_log, outcomes, run_dirs  # noqa: E402
+from evaluation.swebench.taskrepo.tasks import load_instances  # noqa: E402
 from mars_openhands.hints import flag  # noqa: E402
 
 
@@ -56,32 +48,6 @@ def load_predictions(path: str, task_repo: Path) -> list[Prediction]:
     if path != "gold":
         return load_predictions_file(Path(path), None)
     return [Prediction.from_dict(p) for p in get_predictions_from_file(path, "", "test", task_repo=str(task_repo))]
-
-
-def summarize(results: list[GradeResult], run_id: str, model: str, total: int,
-              missing: Sequence[str] = ()) -> JSONDict:
-    by_status = {s: sorted(r.instance_id for r in results if r.status == s)
-                 for s in (RESOLVED, UNRESOLVED, EMPTY, ERROR)}
-    return {
-        "run_id": run_id,
-        "model_name_or_path": model,
-        "grader": "host (evaluation.swebench.grading.grading, no Docker)",
-        "total_instances": total,
-        "submitted_instances": len(results),
-        "completed_instances": len(by_status[RESOLVED]) + len(by_status[UNRESOLVED]),
-        "resolved_instances": len(by_status[RESOLVED]),
-        "unresolved_instances": len(by_status[UNRESOLVED]),
-        "empty_patch_instances": len(by_status[EMPTY]),
-        "error_instances": len(by_status[ERROR]),
-        "missing_instances": len(missing),
-        "resolved_ids": by_status[RESOLVED],
-        "unresolved_ids": by_status[UNRESOLVED],
-        "empty_patch_ids": by_status[EMPTY],
-        "error_ids": by_status[ERROR],
-        "missing_ids": sorted(missing),
-        "errors": {r.instance_id: r.error for r in results if r.error},
-        "grading_seconds": {r.instance_id: round(r.duration_s, 3) for r in results},
-    }
 
 
 def run(selection: Selection, model: str, run_id: str, log_root: Path, workers: int, timeout: float,

@@ -13,9 +13,9 @@ import pytest
 
 from evaluation.swebench.grading.grading import RESOLVED, UNRESOLVED
 from evaluation.swebench.modes import load_dataset
+from evaluation.swebench.runs.local_harness import LocalBackend, grade
 from evaluation.swebench.workspaces import specs
 from evaluation.swebench.workspaces.local_env import EnvCache, EnvError
-from evaluation.swebench.workspaces.local_harness import LocalBackend, grade
 from evaluation.swebench.workspaces.sources import SOURCES_ENV, RepoSources
 
 pytestmark = [pytest.mark.agent, pytest.mark.slow]

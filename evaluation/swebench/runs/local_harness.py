@@ -29,34 +29,23 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from swebench.harness.constants import (
-    APPLY_PATCH_FAIL,
     END_TEST_OUTPUT,
     FAIL_ONLY_REPOS,
-    LOG_INSTANCE,
-    LOG_REPORT,
     LOG_TEST_OUTPUT,
     START_TEST_OUTPUT,
-    TESTS_TIMEOUT,
     EvalType,
 )
 from swebench.harness.utils import make_test_spec
 
-from evaluation.swebench.grading import patches
-from evaluation.swebench.grading.grading import (
-    EMPTY,
-    ERROR,
-    GradeResult,
-    _apply_patch,
-    record_report,
-    run_eval_script,
-)
-from evaluation.swebench.records import JSONDict, Prediction, SweInstance
+from evaluation.swebench.git import extract_patch, git, ignore_build_droppings
+from evaluation.swebench.grading.grading import EMPTY, GradeResult, Testbed, grade_on_host
+from evaluation.swebench.records import JSONDict, SweInstance
 from evaluation.swebench.workspaces.local_env import EnvCache, PyEnv, run_logged, stopping
 from evaluation.swebench.workspaces.sources import RepoSources
 from evaluation.swebench.workspaces.specs import EnvSpec, SpecTables, env_spec, test_directives, test_files
-from evaluation.swebench.workspaces.workspace import git
 
 LOCAL = "local"
 SETUP_MESSAGE = "SWE-bench setup"
@@ -180,7 +169,7 @@ class LocalBackend:
                 run_logged(step, cwd=tree, env=environ, log=setup_log, what="pre_install")
             if spec.install:
                 run_logged(spec.install, cwd=tree, env=environ, log=setup_log, what="installing the project")
-            patches.ignore_build_droppings(tree)
+            ignore_build_droppings(tree)
             created = git(tree, "ls-files", "--others", "--exclude-standard").stdout.splitlines()
             if created:  # build outputs of the install: not the agent's
                 with (tree / ".git" / "info" / "exclude").open("a") as f:
@@ -212,7 +201,7 @@ class LocalBackend:
 
     def extract_patch(self, workspace: LocalWorkspace, base_commit: str) -> str:
         """The agent's changes: against the setup commit (base_commit plus the setup's own edits)."""
-        return patches.extract_patch(workspace.tree, workspace.setup_commit)
+        return extract_patch(workspace.tree, workspace.setup_commit)
 
     def remove_workspace(self, workspace: LocalWorkspace) -> None:
         shutil.rmtree(workspace.root, ignore_errors=True)
@@ -248,44 +237,20 @@ def grade(backend: LocalBackend, instance: SweInstance, model_patch: str | None,
         report = {"patch_is_None": True, "patch_exists": False, "patch_successfully_applied": False,
                   "resolved": False}
         return GradeResult(iid, EMPTY, report, duration_s=time.perf_counter() - start)
-    scratch = Path(tempfile.mkdtemp(prefix=f"swe-grade-{iid}-"))
-    logs = Path(log_dir) if log_dir is not None else scratch / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
-    for stale in ("patch.diff", "eval.sh", "setup.log", LOG_TEST_OUTPUT, LOG_INSTANCE, LOG_REPORT):
-        (logs / stale).unlink(missing_ok=True)
-    run_log: list[str] = []
-    result = GradeResult(iid, ERROR, log_dir=logs if log_dir is not None else None)
-    try:
+
+    def testbed(scratch: Path, logs: Path) -> Testbed:
         ws = backend.prepare(instance, scratch, log=logs / "setup.log")
-        patch_file = logs / "patch.diff"
-        patch_file.write_text(model_patch)
-        if model_patch.strip() and not _apply_patch(ws.tree, patch_file.resolve(), run_log):
-            result.error = f"{APPLY_PATCH_FAIL}: the model patch does not apply at {instance.base_commit}"
-            return result
-        if stopping():
-            result.error = "interrupted before the tests ran"
-            return result
-        script = eval_script(instance, ws.spec, ws)
-        (logs / "eval.sh").write_text(script)
-        output = logs / LOG_TEST_OUTPUT
-        finished = run_eval_script((logs / "eval.sh").resolve(), ws.tree, output, str(ws.env.python), timeout)
-        result.test_output = output.read_text(errors="replace")
-        if not finished:
-            result.error = f"{TESTS_TIMEOUT}: killed after at most {timeout} s"
-            return result
-        eval_type = EvalType.FAIL_ONLY if instance.repo in FAIL_ONLY_REPOS else EvalType.PASS_AND_FAIL
-        test_spec = make_test_spec({**instance.to_dict(), "image": LOCAL, "eval_script": script,
-                                    "log_parser": log_parser_name(instance.repo), "eval_type": eval_type.value})
-        record_report(result, test_spec, Prediction(iid, model_name, model_patch), output, logs, _blame_environment)
-        return result
-    except Exception as e:  # recorded, never raised: one broken instance must not stop a run
-        result.error = f"{type(e).__name__}: {e}"
-        return result
-    finally:
-        result.duration_s = time.perf_counter() - start
-        run_log.append(f"status: {result.status}" + (f" ({result.error})" if result.error else ""))
-        (logs / LOG_INSTANCE).write_text("\n".join(run_log) + "\n")
-        shutil.rmtree(scratch, ignore_errors=True)
+
+        def test_spec(script: str) -> Any:
+            eval_type = EvalType.FAIL_ONLY if instance.repo in FAIL_ONLY_REPOS else EvalType.PASS_AND_FAIL
+            return make_test_spec({**instance.to_dict(), "image": LOCAL, "eval_script": script,
+                                   "log_parser": log_parser_name(instance.repo), "eval_type": eval_type.value})
+
+        return Testbed(ws.tree, str(ws.env.python), lambda: eval_script(instance, ws.spec, ws), test_spec,
+                       _blame_environment, stopping)
+
+    return grade_on_host(instance, model_patch, testbed, model_name=model_name, log_dir=log_dir, timeout=timeout,
+                         start=start, stale=("setup.log",))
 
 
 def grade_all(backend: LocalBackend, patches: dict[str, str | None], instances: list[SweInstance], log_root: Path,

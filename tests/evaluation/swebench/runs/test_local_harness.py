@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 
+from evaluation.swebench.git import git
 from evaluation.swebench.grading.grading import EMPTY, ERROR, RESOLVED, UNRESOLVED
 from evaluation.swebench.records import SweInstance
+from evaluation.swebench.runs.local_harness import LocalBackend, eval_script, grade
 from evaluation.swebench.workspaces import specs, terminal_env
 from evaluation.swebench.workspaces.local_env import EnvCache, EnvError, find_python, fingerprint
-from evaluation.swebench.workspaces.local_harness import LocalBackend, eval_script, grade
 from evaluation.swebench.workspaces.sources import RepoSources, SourceError, parse_source
-from evaluation.swebench.workspaces.workspace import git
 
 pytestmark = pytest.mark.agent
 
