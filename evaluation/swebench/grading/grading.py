@@ -7,6 +7,9 @@ workspace at the base commit, the model patch applied with the harness's own app
 chain, then the instance's eval script (which applies the test patch and runs the
 tests between swebench's output markers) with its output captured as swebench's
 ``test_output.txt``.
+
+That grading block (`grade_on_host`) is the one both graders run, each on its own `Testbed`:
+bundled tasks here (`grade`), real instances in their environments (`runs/local_harness.py`).
 """
 
 from __future__ import annotations

@@ -15,7 +15,16 @@ import pytest
 
 from evaluation.swebench import evaluate
 from evaluation.swebench.git import git
-from evaluation.swebench.grading.grading import EMPTY, ERROR, RESOLVED, UNRESOLVED, grade, kill_running_evals
+from evaluation.swebench.grading.grading import (
+    EMPTY,
+    ERROR,
+    RESOLVED,
+    UNRESOLVED,
+    Testbed,
+    grade,
+    grade_on_host,
+    kill_running_evals,
+)
 from evaluation.swebench.records import SweInstance
 from evaluation.swebench.taskrepo.render import patched_files
 from evaluation.swebench.workspaces.workspace import create_workspace
@@ -250,3 +259,29 @@ def test_evaluate_cli_grades_into_a_run_folder_of_its_own(tmp_path, monkeypatch,
     assert json.loads((out / "gold.gold.json").read_text())["resolved_ids"] == ["marsbench__datespan-23"]
     assert not (out / "logs" / "gold" / "gold" / iid).exists()
     assert len(list((tmp_path / "runs" / "swebench").iterdir())) == 1
+
+
+def test_the_grading_block_records_a_broken_testbed_and_stops_before_the_tests(by_id, tmp_path):
+    """`grade_on_host`: a testbed that cannot be made is an error with its message (never raised), a
+    stopped one never runs the tests; either way an earlier grading's files go and the log is written."""
+    instance = by_id["marsbench__semverlite-41"]
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "setup.log").write_text("an earlier grading's")
+
+    def broken(scratch: Path, logs: Path) -> Testbed:
+        raise OSError("no room for the tree")
+
+    result = grade_on_host(instance, instance.patch, broken, model_name="m", log_dir=logs, timeout=5.0,
+                           start=time.perf_counter(), stale=("setup.log",))
+    assert (result.status, result.error) == (ERROR, "OSError: no room for the tree")
+    assert not (logs / "setup.log").exists() and "status: error" in (logs / "run_instance.log").read_text()
+
+    def stopped(scratch: Path, logs: Path) -> Testbed:
+        return Testbed(create_workspace(instance, parent=scratch), "python", lambda: pytest.fail("script made"),
+                       lambda script: pytest.fail("spec made"), stopped=lambda: True)
+
+    result = grade_on_host(instance, instance.patch, stopped, model_name="m", log_dir=logs, timeout=5.0,
+                           start=time.perf_counter())
+    assert (result.status, result.error) == (ERROR, "interrupted before the tests ran")
+    assert (logs / "patch.diff").read_text() == instance.patch and not (logs / "eval.sh").exists()
