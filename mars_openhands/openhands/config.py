@@ -29,10 +29,12 @@ from __future__ import annotations
 
 import os
 import tomllib
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from mars_openhands.client.emitter import EmitterConfig
+from mars_openhands.protocol import TOKEN_ENV
 
 DEFAULT_TOOLS = ("terminal", "file_editor", "task_tracker")
 
@@ -49,19 +51,6 @@ class LLMConfig:
     temperature: float | None = None
     max_output_tokens: int | None = None
     timeout_s: float | None = None
-
-
-@dataclass(frozen=True)
-class EmitterConfig:
-    """Where boundary events go and how the emitter batches them."""
-
-    events_url: str | None = None
-    token: str | None = None
-    expected_duration_s: Mapping[str, float] = field(default_factory=dict)
-    batch_max: int = 64
-    flush_interval_s: float = 0.02
-    buffer_size: int = 10_000
-    exit_flush_timeout_s: float = 2.0
 
 
 @dataclass(frozen=True)
@@ -177,7 +166,7 @@ def _mars(path: Path, data: object) -> EmitterConfig:
         if isinstance(secs, bool) or not isinstance(secs, (int, float)) or secs <= 0:
             raise ConfigError(f"{s.where} expected_duration_s.{tool}: expected seconds > 0, got {secs!r}")
         hints[tool] = float(secs)
-    token = os.environ.get("MARS_EVENTS_TOKEN") or s.optional_text("token")
+    token = os.environ.get(TOKEN_ENV) or s.optional_text("token")
     d = EmitterConfig()
     return EmitterConfig(events_url=_url(s, "events_url", s.optional_text("events_url")), token=token,
                          expected_duration_s=hints, batch_max=s.integer("batch_max", d.batch_max),

@@ -31,6 +31,7 @@ import httpx
 from mars_openhands.cluster.launch import Cluster, ClusterSpec
 from mars_openhands.cluster.stats import aggregate, fetch
 from mars_openhands.procs import free_port
+from mars_openhands.protocol import STATS_PATH
 
 #: `bench-engine --routers` -> (vllm-router --policy, extra router flags).
 ROUTER_SETUPS: dict[str, tuple[str, list[str]]] = {
@@ -105,7 +106,7 @@ def sessions_on(url: str, session_ids: list[str], timeout_s: float = 5.0) -> lis
     with httpx.Client(base_url=url.rstrip("/"), timeout=timeout_s) as client:
         for sid in session_ids:
             try:
-                r = client.get("/mars/v1/stats", params={"session": sid})
+                r = client.get(STATS_PATH, params={"session": sid})
             except httpx.HTTPError:
                 return []
             if r.status_code == 200 and r.json().get("history"):

@@ -25,9 +25,9 @@ httpx = pytest.importorskip("httpx")
 psutil = pytest.importorskip("psutil")
 
 from mars_openhands.cli import main as cli_main  # noqa: E402
+from mars_openhands.client.emitter import EventEmitter  # noqa: E402
 from mars_openhands.events import ToolFinished, ToolStarted  # noqa: E402
 from mars_openhands.openhands.config import EmitterConfig  # noqa: E402
-from mars_openhands.openhands.emitter import EventEmitter  # noqa: E402
 from mars_openhands.procs import free_port  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.engine]

@@ -13,11 +13,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from mars_openhands.client.emitter import EventEmitter
 from mars_openhands.cluster.router import RouterError, router_command, router_executable
 from mars_openhands.cluster.stats import aggregate, discover, fetch, format_table
 from mars_openhands.events import SessionEnded, ToolFinished, ToolStarted
 from mars_openhands.openhands.config import EmitterConfig
-from mars_openhands.openhands.emitter import EventEmitter
 from mars_openhands.procs import ChildServer, free_port
 
 httpx = pytest.importorskip("httpx")

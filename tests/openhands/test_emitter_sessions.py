@@ -7,9 +7,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from mars_openhands.client.emitter import EventEmitter, finish_session_url
 from mars_openhands.events import CpuTelemetry, SessionEnded, ToolFinished, ToolStarted, by_session, parse_batch
 from mars_openhands.openhands.config import EmitterConfig
-from mars_openhands.openhands.emitter import EventEmitter, finish_session_url
 
 pytestmark = pytest.mark.agent
 
