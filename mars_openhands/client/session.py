@@ -78,14 +78,17 @@ class MarsClient:
     @contextmanager
     def session(self, session_id: str | None = None) -> Iterator[Session]:
         """The agent run inside the block (a fresh id when none is given); its end is reported on
-        exit, with reason "error" when the block raised."""
+        exit, with reason "error" when the block raised, "cancelled" on Ctrl-C or cancellation."""
         sess = Session(session_id or uuid.uuid4().hex)
         token = self._current.set(sess)
         reason = "finished"
         try:
             yield sess
-        except BaseException:
+        except Exception:
             reason = "error"
+            raise
+        except BaseException:
+            reason = "cancelled"
             raise
         finally:
             self._current.reset(token)
