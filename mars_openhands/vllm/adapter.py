@@ -67,7 +67,7 @@ from vllm.v1.request import Request, RequestStatus
 
 from mars_openhands.core import ActiveWindow, EngineShape, Policy, build_policy
 from mars_openhands.core import Request as CoreRequest
-from mars_openhands.events import parse_event
+from mars_openhands.events import TurnFinished, TurnSubmitted, parse_event
 from mars_openhands.vllm.history import SessionHistory
 from mars_openhands.vllm.parking import ParkedSessions
 from mars_openhands.vllm.pins import PinKeeper
@@ -152,7 +152,7 @@ class MarsSchedulerMixin(_SchedulerBase):
                            cached_tokens=self._expected_hit(request),
                            sessionless=sid == request.request_id, priority=request.priority,
                            arrival_time=request.arrival_time)
-        self.history.add(creq.session_id, now, "turn_submitted", request.request_id,
+        self.history.add(creq.session_id, now, TurnSubmitted.TYPE, request.request_id,
                          creq.turn_index, creq.prompt_tokens)
         park = self.mars.on_request_arrival(creq, now)
         self._table.add(creq, self.mars.resume_pin(creq.session_id))
@@ -523,7 +523,7 @@ class MarsSchedulerMixin(_SchedulerBase):
             self._pins.release(rec.resume_pin, "resume")
         c, now = rec.core, self.clock()
         self._sync(c, request)
-        self.history.add(c.session_id, now, "turn_finished", rid, c.turn_index, c.output_tokens,
+        self.history.add(c.session_id, now, TurnFinished.TYPE, rid, c.turn_index, c.output_tokens,
                          "aborted" if aborted else "finished")
         if not aborted:
             hint = tool_hint_of(request, c.session_id, now)
