@@ -51,7 +51,7 @@ from mars_openhands.replay.bench_output import (
     simulator_prediction,
     turn_rows,
 )
-from mars_openhands.replay.calibrate import EngineCosts, ProbePlan, Samples, calibrate
+from mars_openhands.replay.calibrate import EngineCosts, ProbePlan, Samples, calibrate, fit_problems
 from mars_openhands.replay.client import ReplayConfig, Replayer
 from mars_openhands.replay.cores import CoreSplit
 from mars_openhands.replay.engine import CacheConfig, EngineClient
@@ -116,7 +116,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--token-scale", type=positive(float), default=1.0,
                    help="multiply every token count of the trace (the CPU engine is slow; default 1)")
     p.add_argument("--alpha", type=positive(float), default=3.0, help="goodput threshold, x ideal (default 3)")
-    p.add_argument("--calibration-reps", type=positive(int), default=2, help="idle-engine probe repetitions")
+    p.add_argument("--calibration-reps", type=positive(int), default=3,
+                   help="idle-engine probe repetitions; costs are fitted on each probe's median (default 3)")
     p.add_argument("--startup-timeout", type=positive(float), default=600.0, help="seconds to wait for /health")
     p.add_argument("--events", choices=EVENT_MODES, default="real",
                    help="what the replay client tells the engine: real (boundary events and tool "
@@ -260,6 +261,7 @@ class Calibration:
     cache: CacheConfig
     samples: Samples
     costs: EngineCosts
+    problems: list[str]          # why `calibrate` would refuse the fit (`calibrate.fit_problems`)
 
 
 async def _client(server: EngineServer | Cluster) -> EngineClient:
@@ -281,7 +283,8 @@ async def _calibrate(server: EngineServer, plan: BenchPlan, reps: int, bar: tqdm
         samples = await calibrate(engine, plan.space, probes, progress=lambda: bar.update(1))
     finally:
         await engine.aclose()
-    return Calibration(cache, samples, samples.fit(cache.block_size))   # one engine, one ideal for all
+    costs = samples.fit(cache.block_size)          # one engine, one ideal for all
+    return Calibration(cache, samples, costs, fit_problems(samples, costs))
 
 
 async def _replay(server: EngineServer, plan: BenchPlan, args: argparse.Namespace, bar: tqdm) -> PolicyRun:
@@ -398,6 +401,9 @@ def _run_all(names: list[str], configs: dict[str, Configuration], plan: BenchPla
         bar.set_postfix_str("calibrating an idle engine")
         cal = _with_server("fcfs", out / "server-calibration.log", args, plan,
                            lambda srv: _calibrate(srv, plan, args.calibration_reps, bar))
+        for problem in cal.problems:      # the run goes on: its latencies stand, its ideal and re-fit do not
+            print(f"{PROG}: warning: the idle engine's fit is unreliable: {problem}; slowdown, goodput and "
+                  "the re-fitted prediction rest on it", file=sys.stderr)
         for k, order in enumerate(orders):
             runs: dict[str, PolicyRun] = {}
             for name in order:
@@ -471,7 +477,7 @@ def bench(args: argparse.Namespace, vllm_extra: list[str]) -> int:
                           "tool_workers": args.tool_workers, "token_scale": args.token_scale,
                           "engine_cores": sorted(plan.cores.engine) if plan.cores else None,
                           "tool_cores": sorted(plan.cores.tools) if plan.cores else None,
-                          "costs": dataclasses.asdict(cal.costs)},
+                          "costs": dataclasses.asdict(cal.costs), "fit_problems": cal.problems},
                "events": {n: {"sent": r.outcome.events_sent, "dropped": r.outcome.events_dropped}
                           for n, r in runs.items()},
                "held_idle_s": {n: s["held_idle_s"] for n, s in summaries.items()},
