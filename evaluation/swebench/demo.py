@@ -39,7 +39,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from evaluation.swebench.inputs import InputError
 from evaluation.swebench.runs.engine_proc import REPO
@@ -263,11 +263,11 @@ def repeat_summary(rounds: list[list[Path]]) -> tuple[str, dict]:
     names = [r.policy for r in runs[0]]
     lines = [f"\nover {len(rounds)} rounds: median (min - max) completion time, s",
              f"{'policy':<16} {'mean':>22} {'p95':>22}"]
-    per_policy = {}
+    per_policy: dict[str, dict[str, Any]] = {}
     for name in names:
         cells, per_policy[name] = [], {}
         for key in ("mean_e2e_s", "p95_e2e_s"):
-            vals = [r[name][key] for r in by_round if r.get(name, {}).get(key) is not None]
+            vals = [v for r in by_round if (v := r.get(name, {}).get(key)) is not None]
             if vals:
                 med, lo, hi = spread(vals)
                 cells.append(f"{med:.1f} ({lo:.1f} - {hi:.1f})")
@@ -278,7 +278,7 @@ def repeat_summary(rounds: list[list[Path]]) -> tuple[str, dict]:
     reference = reference_policy(names)
     baselines = [n for n in names if n != reference and not is_mars(n)]
     comparisons = compare(by_round, reference, baselines) if reference and baselines else []
-    if comparisons:
+    if comparisons and reference:
         lines += ["", verdict_table(comparisons, reference)]
     doc = {"rounds": [[str(d) for d in dirs] for dirs in rounds], "policies": per_policy,
            "verdicts": {"reference": reference, "rule": RULE,
