@@ -45,6 +45,8 @@ from mars_openhands.replay.bench_output import (
     EngineSetup,
     PolicyRun,
     comparison_table,
+    predicted_ratios,
+    prediction_lines,
     profile_doc,
     run_result,
     scheduler_us_per_step,
@@ -470,7 +472,7 @@ def bench(args: argparse.Namespace, vllm_extra: list[str]) -> int:
     reference, comparisons = _verdicts(names, round_summaries)
     setup = EngineSetup(args.model, args.kv_cache_memory_bytes, args.tool_workers, args.token_scale)
     orders = repeats.rotation(names, args.repeat)
-    summary = {"trace": plan.label, "profile": f"measured:vllm-cpu {args.model.name}", "measured": True,
+    summary: dict[str, Any] = {"trace": plan.label, "profile": f"measured:vllm-cpu {args.model.name}", "measured": True,
                "ideal_mean_e2e_s": ideal_mean_e2e(next(iter(results.values()))), "repeat": args.repeat,
                "policies": summaries,
                "engine": {**dataclasses.asdict(cal.cache), "vllm_flags": plan.flags,
@@ -489,9 +491,9 @@ def bench(args: argparse.Namespace, vllm_extra: list[str]) -> int:
                             "baselines": {c.baseline: c.as_dict() for c in comparisons}} if comparisons else None}
     stalled = {n for rr in rounds for n, r in rr.items() if r.outcome.stall}
     rows = {(f"{n} (stalled)" if n in stalled else n): s for n, s in summaries.items()}
-    verdicts = [f"{n}{'' if args.repeat == 1 else f' (round {k + 1})'}: {r.outcome.stall.describe()}"
+    stall_lines = [f"{n}{'' if args.repeat == 1 else f' (round {k + 1})'}: {r.outcome.stall.describe()}"
                 for k, rr in enumerate(rounds) for n, r in rr.items() if r.outcome.stall]
-    notes = verdicts + stall_notes(results)
+    notes = stall_lines + stall_notes(results)
     (out / "table.md").write_text(format_table(rows, markdown=True) + "\n"
                                   + "".join(f"\n{line}\n" for line in notes))
     profile = profile_doc(cal.costs, cal.samples, cal.cache, setup, runs)
@@ -514,6 +516,9 @@ def bench(args: argparse.Namespace, vllm_extra: list[str]) -> int:
                      for lab, rr in runs_by_profile.items()}
         (out / "simulated.json").write_text(json.dumps(
             {"trace": str(out / "replayed-trace.jsonl"), "profiles": predicted}, indent=2) + "\n")
+    forecast = predicted_ratios(predicted, reference) if comparisons and predicted else {}
+    if forecast and summary["verdicts"]:
+        summary["verdicts"]["predicted_best_ratio"] = forecast
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     times = "" if args.repeat == 1 else f"  median of {args.repeat} rounds"
     print(f"\n{plan.label}  measured on vllm-cpu {args.model.name}  ideal mean E2E "
@@ -525,6 +530,13 @@ def bench(args: argparse.Namespace, vllm_extra: list[str]) -> int:
         print(f"\neach round's ratio to {reference} (baseline / {reference} latency), rounds in run order "
               f"rotated: round r starts at policy r mod {len(names)}")
         print(repeats.verdict_table(comparisons, reference))
+        vs = comparisons[-1]          # the round's best baseline (the only one where one ran)
+        if forecast:
+            print(f"predicted best baseline / {reference}, mean / p95, against the measured median "
+                  f"{'-' if vs.mean is None else f'{vs.mean.median:.2f}x'} / "
+                  f"{'-' if vs.p95 is None else f'{vs.p95.median:.2f}x'}:")
+            print("\n".join(prediction_lines(forecast, vs.mean.median if vs.mean else None,
+                                             vs.p95.median if vs.p95 else None)))
     if predicted:
         print("\nmeasured vs the simulator on the same (replayed) workload"
               + ("" if args.repeat == 1 else f" (measured: medians of {args.repeat} rounds)"))

@@ -206,3 +206,24 @@ def comparison_table(measured: dict[str, dict[str, Any]], predicted: dict[str, d
         return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
 
     return "\n".join([fmt(header), "  ".join("-" * w for w in widths)] + [fmt(r) for r in rows])
+
+
+def predicted_ratios(predicted: dict[str, dict[str, dict[str, Any]]], reference: str) -> dict[str, dict[str, Any]]:
+    """Each prediction's best baseline / `reference` on mean and p95 (`metrics.speedups`)."""
+    out = {}
+    for label, summaries in predicted.items():
+        r = speedups(summaries).get(reference, {})
+        out[label] = {"mean": r.get("mean_vs_best"), "p95": r.get("p95_vs_best")}
+    return out
+
+
+def prediction_lines(predicted: dict[str, dict[str, Any]], measured_mean: float | None,
+                     measured_p95: float | None) -> list[str]:
+    """Each prediction of best / MARS next to the measured median ratio, and how far it is."""
+    def cell(r: float | None, m: float | None) -> str:
+        if r is None:
+            return "-"
+        return f"{r:.2f}x" + (f" ({r / m - 1:+.0%})" if m else "")
+
+    return [f"  {label}: {cell(r['mean'], measured_mean)} / {cell(r['p95'], measured_p95)}"
+            for label, r in predicted.items()]

@@ -265,8 +265,11 @@ def test_repeat_rotates_the_order_and_gives_ratios_intervals_and_verdicts(fake_s
     sim = json.loads((out / "simulated.json").read_text())
     assert set(sim["profiles"]) == {"cpu-small", "cpu-small re-fitted", "cpu-small [twin]",
                                     "cpu-small re-fitted [twin]"}
+    assert set(summary["verdicts"]["predicted_best_ratio"]) == set(sim["profiles"])
     printed = capsys.readouterr().out
     assert "median of 2 rounds" in printed and "median [90% CI] mean" in printed and RULE in printed
+    assert "predicted best baseline / mars, mean / p95, against the measured median" in printed
+    assert "  cpu-small re-fitted [twin]: " in printed
     assert _python_children() == []
 
 
@@ -274,3 +277,14 @@ def test_an_unknown_simulator_engine_is_refused(model_dir, tmp_path, capsys):
     assert bench.main([*SMALL, "--policies", "mars", "--model", str(model_dir), "--sim-engines", "nope",
                        "--out", str(tmp_path / "o")]) == 2
     assert "--sim-engines: unknown engine 'nope'; known: sim" in capsys.readouterr().err
+
+
+def test_each_prediction_of_best_over_mars_is_set_against_the_measured_median():
+    from mars_openhands.replay.bench_output import predicted_ratios, prediction_lines
+
+    predicted = {"sim": {"fcfs": {"mean_e2e_s": 30.0, "p95_e2e_s": 60.0}, "mars": {"mean_e2e_s": 20.0,
+                                                                                  "p95_e2e_s": 60.0}}}
+    forecast = predicted_ratios(predicted, "mars")
+    assert forecast == {"sim": {"mean": 1.5, "p95": 1.0}}
+    assert prediction_lines(forecast, 1.2, 1.0) == ["  sim: 1.50x (+25%) / 1.00x (+0%)"]
+    assert prediction_lines({"x": {"mean": None, "p95": 0.9}}, None, None) == ["  x: - / 0.90x"]
