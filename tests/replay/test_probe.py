@@ -10,7 +10,11 @@ from mars_openhands.replay.calibrate import EngineCosts, Samples
 from mars_openhands.sim.profile_file import load_profile
 from tests.replay.replay_fake_engine import FakeEngine, ServedFake
 
-FAST = ["--reps", "1", "--max-new", "64", "--max-ctx", "64"]
+#: --force: the fakes' timings are asyncio sleeps at the mercy of this host's load, so whether their
+#: fit passes `fit_problems` depends on the host; these tests are about what is written, and the
+#: refusals are tested on fixed probe data below.
+SMALL = ["--reps", "1", "--max-new", "64", "--max-ctx", "64"]
+FAST = [*SMALL, "--force"]
 #: The fakes' prefill time per uncached prompt token: a prefill that costs nothing is refused.
 PREFILL_S = 0.001
 
@@ -124,7 +128,7 @@ FLAT = Samples(prefill=[(n, ctx, 0.02) for n in (16, 32, 64) for ctx in (0, 32, 
 def test_a_degenerate_fit_is_refused_with_a_clear_line_and_no_profile(vllm_like, tmp_path, capsys, monkeypatch):
     _probes_returning(monkeypatch, FLAT)
     out = tmp_path / "p.json"
-    assert probe.main(["--url", vllm_like.url, "--out", str(out), *FAST]) == 3
+    assert probe.main(["--url", vllm_like.url, "--out", str(out), *SMALL]) == 3
     err = capsys.readouterr().err
     assert "calibrate: error: fit refused: degenerate fit: prefill costs nothing per token (b = c = 0)" in err
     assert "host load" in err and "No profile written" in err and "--force" in err and "Traceback" not in err
@@ -134,7 +138,7 @@ def test_a_degenerate_fit_is_refused_with_a_clear_line_and_no_profile(vllm_like,
 def test_force_writes_a_refused_fit_and_says_why(vllm_like, tmp_path, capsys, monkeypatch):
     _probes_returning(monkeypatch, FLAT)
     out = tmp_path / "p.json"
-    assert probe.main(["--url", vllm_like.url, "--out", str(out), "--force", *FAST]) == 0
+    assert probe.main(["--url", vllm_like.url, "--out", str(out), *FAST]) == 0
     prov = json.loads(out.read_text())["provenance"]
     assert any("b = c = 0" in p for p in prov["forced_despite"])
     assert "written with --force although degenerate fit" in capsys.readouterr().err
@@ -148,17 +152,18 @@ def test_a_fit_past_the_error_bound_is_refused(vllm_like, tmp_path, capsys, monk
                     decode=[(k, k * 100, costs.decode_step_at(k, k * 100)) for k in (1, 2, 4, 8)])
     _probes_returning(monkeypatch, noisy)
     out = tmp_path / "p.json"
-    assert probe.main(["--url", vllm_like.url, "--out", str(out), *FAST]) == 3
+    assert probe.main(["--url", vllm_like.url, "--out", str(out), *SMALL]) == 3
     assert "prefill fit error" in capsys.readouterr().err and not out.exists()
-    assert probe.main(["--url", vllm_like.url, "--out", str(out), "--max-fit-error", "5", *FAST]) == 0
+    assert probe.main(["--url", vllm_like.url, "--out", str(out), "--max-fit-error", "5", *SMALL]) == 0
 
 
 def test_the_profile_records_the_hosts_load_and_the_medians(vllm_like, tmp_path, capsys):
     out = tmp_path / "p.json"
-    assert probe.main(["--url", vllm_like.url, "--out", str(out), *FAST[2:], "--reps", "2"]) == 0
+    assert probe.main(["--url", vllm_like.url, "--out", str(out), "--reps", "2", "--max-new", "64", "--max-ctx", "64",
+                       "--force"]) == 0
     prov = json.loads(out.read_text())["provenance"]
     load = prov["host_load"]
     assert load["cpus"] >= 1 and len(load["loadavg_before"]) == len(load["loadavg_after"]) == 3
-    assert prov["max_fit_error"] == 0.5 and "forced_despite" not in prov
+    assert prov["max_fit_error"] == 0.5
     assert all(len(p["times_s"]) == 2 for p in prov["fit"]["prefill_probes"])
     assert "fitted on the medians of 2 rep(s)" in capsys.readouterr().out
