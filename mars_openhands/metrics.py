@@ -20,8 +20,7 @@ from mars_openhands.results import RunResult
 
 FIELDS = ("sessions", "completed", "mean_e2e_s", "p50_e2e_s", "p95_e2e_s", "p99_e2e_s",
           "mean_slowdown", "goodput_sps", "goodput_fraction", "throughput_sps", "makespan_s",
-          "recomputed_prefill_tokens", "prefix_hit_tokens", "pinned_block_seconds", "preemptions",
-          "held_idle_s", "held_idle_share")
+          "recomputed_prefill_tokens", "prefix_hit_tokens", "pinned_block_seconds", "preemptions")
 
 
 def _r(x: float | None, nd: int = 4) -> float | None:
@@ -53,10 +52,15 @@ def summarize(run: RunResult, alpha: float = 3.0) -> dict[str, Any]:
         "prefix_hit_tokens": int(run.prefix_hit_tokens),
         "pinned_block_seconds": _r(run.pinned_block_seconds, 3),
         "preemptions": int(run.preemptions),
-        # the engine idle while the policy held calls outside it, and that time's share of the makespan
-        "held_idle_s": _r(run.held_idle_s, 3),
-        "held_idle_share": _r(run.held_idle_s / makespan) if makespan else None,
     }
+
+
+def held_idle(run: RunResult, summary: Mapping[str, Any]) -> dict[str, float | None]:
+    """The seconds the engine sat idle while the policy held calls outside it, and their share of
+    the makespan of `summary` (`summarize(run)`): the table's `held idle` columns."""
+    makespan = summary.get("makespan_s")
+    return {"held_idle_s": _r(run.held_idle_s, 3),
+            "held_idle_share": _r(run.held_idle_s / makespan) if makespan else None}
 
 
 def stall_notes(runs: Mapping[str, RunResult], min_s: float = 1.0) -> list[str]:

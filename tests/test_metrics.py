@@ -3,7 +3,15 @@ from __future__ import annotations
 
 import pytest
 
-from mars_openhands.metrics import FIELDS, format_sweep, format_table, ideal_mean_e2e, speedups, summarize
+from mars_openhands.metrics import (
+    FIELDS,
+    format_sweep,
+    format_table,
+    held_idle,
+    ideal_mean_e2e,
+    speedups,
+    summarize,
+)
 from mars_openhands.results import RunResult, SessionResult
 
 
@@ -74,9 +82,12 @@ def test_tables_align_and_render_markdown():
 
 
 def test_held_idle_time_and_its_share_of_the_makespan():
-    s = summarize(run(held_idle_s=2.5))
+    r = run(held_idle_s=2.5)
+    s = {**summarize(r), **held_idle(r, summarize(r))}
     assert s["held_idle_s"] == 2.5 and s["held_idle_share"] == 0.025         # of a 100 s makespan
-    assert summarize(RunResult("p", [SessionResult("a", 0.0, None, 5.0, 1)]))["held_idle_share"] is None
+    none = RunResult("p", [SessionResult("a", 0.0, None, 5.0, 1)])
+    assert held_idle(none, summarize(none)) == {"held_idle_s": 0.0, "held_idle_share": None}
+    assert "held idle" not in format_table({"mars": summarize(r)})         # only where reported
     header = format_table({"mars": s}).splitlines()[0]
     assert "held idle s" in header and "held idle %" in header and "2.5%" in format_table({"mars": s})
 

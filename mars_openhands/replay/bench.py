@@ -45,6 +45,7 @@ from mars_openhands.replay.bench_output import (
     EngineSetup,
     PolicyRun,
     comparison_table,
+    held_idle_table,
     predicted_ratios,
     prediction_lines,
     profile_doc,
@@ -77,6 +78,7 @@ from mars_openhands.sim.routing import EVENT_MODES
 if TYPE_CHECKING:
     from tqdm import tqdm
 
+    from mars_openhands.results import RunResult
     from mars_openhands.workload.trace import SessionTrace
 
 PROG = "mars-openhands bench-engine"
@@ -439,9 +441,16 @@ def _verdicts(names: list[str],
     return reference, repeats.compare(round_summaries, reference, baselines)
 
 
+def _summary(run: RunResult, alpha: float) -> dict[str, Any]:
+    """`metrics.summarize` with the held-idle seconds and their share of the makespan."""
+    from mars_openhands.metrics import held_idle, summarize
+    s = summarize(run, alpha=alpha)
+    return {**s, **held_idle(run, s)}
+
+
 def bench(args: argparse.Namespace, vllm_extra: list[str]) -> int:
     from mars_openhands import plots
-    from mars_openhands.metrics import format_table, ideal_mean_e2e, stall_notes, summarize
+    from mars_openhands.metrics import format_table, ideal_mean_e2e, stall_notes
     from mars_openhands.workload.trace import write_trace
 
     configs = _configurations(args)
@@ -458,8 +467,7 @@ def bench(args: argparse.Namespace, vllm_extra: list[str]) -> int:
     cal, rounds, failovers = _run_all(names, configs, plan, args, out)
     round_results = [{n: run_result(n, plan.sessions, r, cal.costs, plan.shapes, args.tool_time_scale)
                       for n, r in runs.items()} for runs in rounds]
-    round_summaries = [{n: {**summarize(r, alpha=args.alpha),
-                            "scheduler_us_per_step": scheduler_us_per_step(runs[n].stats)}
+    round_summaries = [{n: {**_summary(r, args.alpha), "scheduler_us_per_step": scheduler_us_per_step(runs[n].stats)}
                         for n, r in results.items()} for runs, results in zip(rounds, round_results)]
     runs, results = rounds[-1], round_results[-1]          # the plots, turns and profile: the last round
     with (out / "turns.jsonl").open("w") as f:
@@ -512,8 +520,7 @@ def bench(args: argparse.Namespace, vllm_extra: list[str]) -> int:
     if not args.no_sim and not configs:
         runs_by_profile = simulator_prediction(replayed, cal.costs, cal.cache, args.tool_workers, plan.policies,
                                                events=args.events, extra=extra, engines=engines)
-        predicted = {lab: {n: summarize(r, alpha=args.alpha) for n, r in rr.items()}
-                     for lab, rr in runs_by_profile.items()}
+        predicted = {lab: {n: _summary(r, args.alpha) for n, r in rr.items()} for lab, rr in runs_by_profile.items()}
         (out / "simulated.json").write_text(json.dumps(
             {"trace": str(out / "replayed-trace.jsonl"), "profiles": predicted}, indent=2) + "\n")
     forecast = predicted_ratios(predicted, reference) if comparisons and predicted else {}
@@ -541,6 +548,8 @@ def bench(args: argparse.Namespace, vllm_extra: list[str]) -> int:
         print("\nmeasured vs the simulator on the same (replayed) workload"
               + ("" if args.repeat == 1 else f" (measured: medians of {args.repeat} rounds)"))
         print(comparison_table(summaries, predicted))
+        print("\nheld with the engine idle, % of the makespan: measured and predicted")
+        print(held_idle_table(summaries, predicted))
     if failovers:
         print(f"\n{args.replicas} replicas behind vllm-router (replicas.json)")
         print(replica_table(summaries, failovers))

@@ -227,3 +227,17 @@ def prediction_lines(predicted: dict[str, dict[str, Any]], measured_mean: float 
 
     return [f"  {label}: {cell(r['mean'], measured_mean)} / {cell(r['p95'], measured_p95)}"
             for label, r in predicted.items()]
+
+
+def held_idle_table(measured: dict[str, dict[str, Any]], predicted: dict[str, dict[str, dict[str, Any]]]) -> str:
+    """Per policy, the share of the makespan it held calls with the engine idle: measured, then
+    each prediction (`held_idle_share` of the summaries)."""
+    def pct(s: dict[str, Any] | None) -> str:
+        share = (s or {}).get("held_idle_share")
+        return "-" if share is None else f"{share:.1%}"
+
+    header = ["policy", "measured", *predicted]
+    rows = [[n, pct(m), *(pct(p.get(n)) for p in predicted.values())] for n, m in measured.items()]
+    widths = [max(len(x) for x in col) for col in zip(header, *rows)]
+    return "\n".join("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
+                     for r in [header, *rows])

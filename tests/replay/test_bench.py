@@ -270,6 +270,8 @@ def test_repeat_rotates_the_order_and_gives_ratios_intervals_and_verdicts(fake_s
     assert "median of 2 rounds" in printed and "median [90% CI] mean" in printed and RULE in printed
     assert "predicted best baseline / mars, mean / p95, against the measured median" in printed
     assert "  cpu-small re-fitted [twin]: " in printed
+    assert "held with the engine idle, % of the makespan: measured and predicted" in printed
+    assert all("held_idle_share" in s for p in sim["profiles"].values() for s in p.values())
     assert _python_children() == []
 
 
