@@ -32,7 +32,7 @@ def test_plain_fcfs_reports_its_scheduler_time_per_model_step(model_dir):
     ran = [step for step in h.history if step]
     assert t["model_steps"] == len(ran) == 5 and t["steps"] == len(h.history)    # (+ the step reporting the finish)
     assert t["schedule_s"] > 0 and t["update_from_output_s"] > 0
-    assert t["us_per_step"] == pytest.approx(1e6 * (t["schedule_s"] + t["update_from_output_s"]) / 5, rel=1e-3)
+    assert t["us_per_step"] == pytest.approx(1e6 * (t["schedule_s"] + t["update_from_output_s"]) / 5, abs=1.0)
     assert t["held_idle_s"] == 0.0
     counters = s.mars_stats()["counters"]
     assert counters["scheduler_steps"] == 5 and counters["scheduler_seconds"] > 0
