@@ -340,10 +340,11 @@ async def _replay_cluster(cluster: Cluster, plan: BenchPlan, args: argparse.Name
         await engine.aclose()
 
 
-def _with_cluster(conf: Configuration, plan: BenchPlan, args: argparse.Namespace,
-                  bar: tqdm) -> tuple[PolicyRun, Failover, dict[str, Any]]:
-    """Start the replicas and the router of `conf`, replay through them, always stop them all."""
-    spec = cluster_spec(conf, args.replicas, args.model, args.out / f"cluster-{conf.label}", plan.flags,
+def _with_cluster(conf: Configuration, plan: BenchPlan, args: argparse.Namespace, bar: tqdm,
+                  tag: str) -> tuple[PolicyRun, Failover, dict[str, Any]]:
+    """Start the replicas and the router of `conf`, replay through them, always stop them all (logs
+    in DIR/cluster-`tag`)."""
+    spec = cluster_spec(conf, args.replicas, args.model, args.out / f"cluster-{tag}", plan.flags,
                         args.cpu_cores_per_replica)
     try:
         cluster = Cluster(spec)
@@ -415,7 +416,7 @@ def _run_all(names: list[str], configs: dict[str, Configuration], plan: BenchPla
                 bar.set_postfix_str(name if args.repeat == 1 else f"round {k + 1}/{args.repeat}: {name}")
                 stats: dict[str, Any] | None
                 if args.replicas > 1:
-                    runs[name], failovers[name], stats = _with_cluster(configs[name], plan, args, bar)
+                    runs[name], failovers[name], stats = _with_cluster(configs[name], plan, args, bar, tag)
                 else:
                     runs[name] = _with_server(name, out / f"server-{tag}.log", args, plan,
                                               lambda srv: _replay(srv, plan, args, bar))
