@@ -242,9 +242,10 @@ demo-real: setup models/tiny/.done
 		$(DEMO_WORKERS) $(RUN_DIR_ARGS) $(STATUS)
 
 # POLICIES: e.g. mars,fcfs,continuum (default mars,fcfs); runs and plots go to a new folder under runs/demo.
+# REPEAT=N: every policy N times, alternating, then the median, spread and verdict of the rounds.
 demo: setup models/tiny/.done
 	$(VIA_MAKE) $(AGENT_PY) -m evaluation.swebench.demo $(if $(POLICIES),--policies $(POLICIES)) \
-		$(if $(INSTANCES),--instances $(INSTANCES)) $(DEMO_WORKERS) $(RUN_DIR_ARGS) $(STATUS)
+		$(if $(INSTANCES),--instances $(INSTANCES)) $(if $(REPEAT),--repeat $(REPEAT)) $(DEMO_WORKERS) $(RUN_DIR_ARGS) $(STATUS)
 
 # The OpenHands app (the web/server package `openhands-ai`): a third environment, built only on
 # request (about 4 minutes). Its sandboxes are agent-servers started from this environment, so the
