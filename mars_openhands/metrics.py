@@ -107,17 +107,20 @@ _COLUMNS = (  # header, summary key or ratio key, format
     ("good %", "goodput_fraction", "{:.0%}"), ("thru/s", "throughput_sps", "{:.4f}"),
     ("makespan s", "makespan_s", "{:.0f}"), ("preempt", "preemptions", "{:d}"),
     ("recomp tok", "recomputed_prefill_tokens", "{:d}"), ("pin blk-s", "pinned_block_seconds", "{:.0f}"),
-    ("held idle s", "held_idle_s", "{:.1f}"), ("idle %", "held_idle_share", "{:.1%}"),
+    ("held idle s", "held_idle_s", "{:.1f}"), ("held idle %", "held_idle_share", "{:.1%}"),
+    ("sched us/step", "scheduler_us_per_step", "{:.0f}"),
     ("x fcfs", "mean_vs_fcfs", "{:.2f}x"), ("x best", "mean_vs_best", "{:.2f}x"),
     ("p95 x best", "p95_vs_best", "{:.2f}x"),
 )
 
 
 def table_rows(summaries: Mapping[str, Mapping[str, Any]]) -> tuple[list[str], list[list[str]]]:
-    """Header and formatted cells; ratio columns only when some policy has a value in them."""
+    """Header and formatted cells; ratio columns, and columns of fields only some runs have (the
+    scheduler's time per step, measured on a real engine), only when some policy has a value in them."""
     ratios = speedups(summaries)
     cols = [c for c in _COLUMNS if c[1] is None or c[1] in FIELDS
-            or any(r[c[1]] is not None for r in ratios.values())]
+            or any(r.get(c[1]) is not None for r in ratios.values())
+            or any(s.get(c[1]) is not None for s in summaries.values())]
     rows = []
     for name, s in summaries.items():
         merged = {**s, **ratios[name]}

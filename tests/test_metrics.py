@@ -3,7 +3,14 @@ from __future__ import annotations
 
 import pytest
 
-from mars_openhands.metrics import FIELDS, format_sweep, format_table, ideal_mean_e2e, speedups, summarize
+from mars_openhands.metrics import (
+    FIELDS,
+    format_sweep,
+    format_table,
+    ideal_mean_e2e,
+    speedups,
+    summarize,
+)
 from mars_openhands.results import RunResult, SessionResult
 
 
@@ -71,3 +78,24 @@ def test_tables_align_and_render_markdown():
     assert all(line.count("|") == md[0].count("|") for line in md)
     sweep = format_sweep([{"rate": 0.1, "policies": summaries}], markdown=True)
     assert "| 0.1 |" in sweep and "46.7 /" in sweep
+
+
+def test_held_idle_time_and_its_share_of_the_makespan():
+    r = run(held_idle_s=2.5)
+    s = summarize(r)
+    assert s["held_idle_s"] == 2.5 and s["held_idle_share"] == 0.025         # of a 100 s makespan
+    none = RunResult("p", [SessionResult("a", 0.0, None, 5.0, 1)])
+    assert (summarize(none)["held_idle_s"], summarize(none)["held_idle_share"]) == (0.0, None)
+    header = format_table({"mars": s}).splitlines()[0]
+    assert "held idle s" in header and "held idle %" in header and "2.5%" in format_table({"mars": s})
+
+
+def test_the_scheduler_time_column_appears_only_where_measured():
+    plain = {"fcfs": summarize(run("fcfs"))}
+    assert "sched us/step" not in format_table(plain)
+    measured = {"fcfs": {**plain["fcfs"], "scheduler_us_per_step": 412.3}, "mars": {**plain["fcfs"],
+                "scheduler_us_per_step": None}}
+    header, _, fcfs, mars = ([c.strip() for c in line.split("|")] for line in
+                             format_table(measured, markdown=True).splitlines())
+    col = header.index("sched us/step")
+    assert (fcfs[col], mars[col]) == ("412", "-")

@@ -9,6 +9,12 @@ OUT a new folder per demo (runs/demo/... or runs/demo-real/..., with the UTC sta
 with the same `--out` resumes an interrupted demo or just reports a finished one, and `--out`
 holding anything else is refused unless `--resume` or `--replace`.
 
+`--repeat N` (make demo REPEAT=N) runs every policy N times, the order rotated each round (MARS,
+FCFS; then FCFS, MARS; ...), round k in OUT/round-k/<policy>; then it prints each policy's median
+mean / p95 completion time with its spread (min - max over the rounds), each round's FCFS / MARS
+ratio with the median and a 90 % bootstrap interval, and a verdict (`mars_openhands.repeats`), and
+writes OUT/repeats.json. On this host one run is not a measurement.
+
 `--mode offline` (make demo): the bundled tasks. `--mode local` (make demo-real): real SWE-bench
 instances from a dataset file, their repositories from local sources, per-(repo, version)
 environments from swebench's specs (`runs/local_harness.py`), so the agents wait on real pytest runs
@@ -34,11 +40,13 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from evaluation.swebench.inputs import InputError
 from evaluation.swebench.runs.engine_proc import REPO
+from mars_openhands.core.registry import is_mars_variant
 from mars_openhands.hints import flag
+from mars_openhands.repeats import RULE, compare, reference_policy, rotation, spread, verdict_table
 
 if TYPE_CHECKING:
     from evaluation.swebench.runs.local_harness import LocalBackend
@@ -78,6 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true", help="continue the demo in --out (also with other settings)")
     p.add_argument("--replace", action="store_true", help="delete the demo's folder --out and start again")
     p.add_argument("--sim-profile", default="", help="also compare with the simulator on this profile")
+    p.add_argument("--repeat", type=int, default=1, metavar="N",
+                   help="run every policy N times, the order rotated each round, and print the median, spread and "
+                        "verdict (default 1)")
     p.add_argument("--mode", choices=("offline", "local"), default="offline",
                    help="offline: the bundled tasks; local: real instances (make demo-real)")
     p.add_argument("--dataset", default="", help="local: a SWE-bench .json/.jsonl file (default $SWEBENCH_DATASET)")
@@ -196,6 +207,8 @@ def _demo(args: argparse.Namespace, target: str, claimed: list[Path]) -> int:
     context = args.context or setting.context
     if workers < 1:
         raise InputError(f"--workers: must be >= 1, got {workers}")
+    if args.repeat < 1:
+        raise InputError(f"--repeat: must be >= 1, got {args.repeat}")
     if not (args.model / "config.json").is_file():
         raise InputError(f"no model in {args.model}; build it with `make model`")
     t0 = time.time()
@@ -217,26 +230,68 @@ def _demo(args: argparse.Namespace, target: str, claimed: list[Path]) -> int:
     dataset = (args.dataset or os.environ.get(swe_run.DATASET_ENV, "")) if args.mode == "local" else "offline"
     identity = {"kind": "demo", "mode": args.mode, "dataset": str(Path(dataset).resolve()) if args.mode == "local"
                 else dataset, "instances": sorted(ids), "policies": policies, "workers": workers,
-                "kv_cache_bytes": kv_bytes, "context": context, "model": str(args.model)}
+                "kv_cache_bytes": kv_bytes, "context": context, "model": str(args.model),
+                **({"repeat": args.repeat} if args.repeat > 1 else {})}
     out = args.out or run_dirs.default_dir(args.mode, dataset, "+".join(policies), root=Path("runs") / target)
     run_dirs.claim(out, run_dirs.demo(identity, policies), resume=args.resume, replace=args.replace)
     claimed.append(out)
-    for policy in policies:
-        print(f"\n== {policy}: {workers} concurrent agents, KV cache {kv_bytes / 1e6:.0f} MB, context "
-              f"{context or 'of the model'} ({out / policy}) ==", file=sys.stderr)
-        rc = swe_run.main([*mode_args, "--policy", policy, "--model", str(args.model),
-                           "--workers", str(workers), "--kv-cache-bytes", str(kv_bytes),
-                           "--out", str(out / policy), *(["--resume"] if args.resume else [])])
-        if rc != 0:
-            print(f"{target}: the {policy} run ended with status {rc}; {flag('--out', out)} resumes it",
-                  file=sys.stderr)
-            return rc
     extra = ["--sim-profile", args.sim_profile] if args.sim_profile else []
-    rc = report.main([*(str(out / p) for p in policies), "--out", str(out), *extra])
-    for policy in policies:
-        print(f"{policy}: time in tools {tool_share(out / policy)}")
+    rc = 0
+    for k, order in enumerate(rotation(policies, args.repeat)):
+        where = out if args.repeat == 1 else out / f"round-{k + 1}"
+        for policy in order:
+            print(f"\n== {policy}{'' if args.repeat == 1 else f' (round {k + 1} of {args.repeat})'}: {workers} "
+                  f"concurrent agents, KV cache {kv_bytes / 1e6:.0f} MB, context {context or 'of the model'} "
+                  f"({where / policy}) ==", file=sys.stderr)
+            rc = swe_run.main([*mode_args, "--policy", policy, "--model", str(args.model),
+                               "--workers", str(workers), "--kv-cache-bytes", str(kv_bytes),
+                               "--out", str(where / policy), *(["--resume"] if args.resume else [])])
+            if rc != 0:
+                print(f"{target}: the {policy} run ended with status {rc}; {flag('--out', out)} resumes it",
+                      file=sys.stderr)
+                return rc
+        rc = report.main([*(str(where / p) for p in policies), "--out", str(where), *extra])
+        for policy in policies:
+            print(f"{policy}: time in tools {tool_share(where / policy)}")
+    if args.repeat > 1:
+        text, doc = repeat_summary([[out / f"round-{k + 1}" / p for p in policies] for k in range(args.repeat)])
+        print(text)
+        (out / "repeats.json").write_text(json.dumps(doc, indent=2) + "\n")
     print(f"{target}: {out}, {time.time() - t0:.0f} s in all", file=sys.stderr)
     return rc
+
+
+def repeat_summary(rounds: list[list[Path]]) -> tuple[str, dict]:
+    """The rounds' runs (per round, one run folder per policy): each policy's median mean and p95
+    completion time with their spread, and MARS against each baseline over the rounds."""
+    from mars_openhands.report import load_run
+
+    runs = [[load_run(d) for d in dirs] for dirs in rounds]
+    by_round = [{r.policy: {"mean_e2e_s": r.mean_s, "p95_e2e_s": r.percentile(95)} for r in rr} for rr in runs]
+    names = [r.policy for r in runs[0]]
+    lines = [f"\nover {len(rounds)} rounds: median (min - max) completion time, s",
+             f"{'policy':<16} {'mean':>22} {'p95':>22}"]
+    per_policy: dict[str, dict[str, Any]] = {}
+    for name in names:
+        cells, per_policy[name] = [], {}
+        for key in ("mean_e2e_s", "p95_e2e_s"):
+            vals = [v for r in by_round if (v := r.get(name, {}).get(key)) is not None]
+            if vals:
+                med, lo, hi = spread(vals)
+                cells.append(f"{med:.1f} ({lo:.1f} - {hi:.1f})")
+                per_policy[name][key] = {"rounds": vals, "median": med, "min": lo, "max": hi}
+            else:
+                cells.append("-")
+        lines.append(f"{name:<16} {cells[0]:>22} {cells[1]:>22}")
+    reference = reference_policy(names)
+    baselines = [n for n in names if n != reference and not is_mars_variant(n)]
+    comparisons = compare(by_round, reference, baselines) if reference and baselines else []
+    if comparisons and reference:
+        lines += ["", verdict_table(comparisons, reference)]
+    doc = {"rounds": [[str(d) for d in dirs] for dirs in rounds], "policies": per_policy,
+           "verdicts": {"reference": reference, "rule": RULE,
+                        "baselines": {c.baseline: c.as_dict() for c in comparisons}} if comparisons else None}
+    return "\n".join(lines), doc
 
 
 if __name__ == "__main__":

@@ -13,6 +13,8 @@ from typing import Any
 
 import httpx
 
+from mars_openhands.protocol import STATS_PATH
+
 #: Top-level and `engine` fields that add up across replicas.
 SUMMED = ("admitted_sessions", "known_sessions", "pinned_sessions", "pinned_blocks", "tools_in_flight")
 ENGINE_SUMMED = ("running", "waiting", "parked_requests", "parked_sessions", "overflow_requests",
@@ -43,7 +45,7 @@ def fetch(urls: Sequence[str], session: str | None = None, timeout_s: float = 5.
     with httpx.Client(timeout=timeout_s) as client:
         for url in urls:
             try:
-                r = client.get(url.rstrip("/") + "/mars/v1/stats", params=params)
+                r = client.get(url.rstrip("/") + STATS_PATH, params=params)
             except httpx.HTTPError as e:
                 out[url] = f"unreachable ({type(e).__name__})"
                 continue

@@ -29,6 +29,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from mars_openhands.openhands.config import ConfigError, load_config
+from mars_openhands.protocol import TOKEN_ENV
 
 #: The app's default agent-server image for openhands-ai 1.11.0 (SDK / agent-server 1.34.0).
 BASE_IMAGE = "ghcr.io/openhands/agent-server:1.34.0-python"
@@ -42,9 +43,11 @@ LOOPBACK = ("localhost", "127.0.0.1", "::1")
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 #: What the boot module imports, transitively (relative to the repository root).
-SHIPPED = ("mars_openhands/__init__.py", "mars_openhands/events.py", "mars_openhands/openhands/__init__.py",
-           "mars_openhands/openhands/boot.py", "mars_openhands/openhands/importhook.py",
-           "mars_openhands/openhands/config.py", "mars_openhands/openhands/emitter.py",
+SHIPPED = ("mars_openhands/__init__.py", "mars_openhands/events.py", "mars_openhands/protocol.py",
+           "mars_openhands/client/__init__.py", "mars_openhands/client/carrier.py",
+           "mars_openhands/client/emitter.py", "mars_openhands/client/session.py",
+           "mars_openhands/openhands/__init__.py", "mars_openhands/openhands/boot.py",
+           "mars_openhands/openhands/importhook.py", "mars_openhands/openhands/config.py",
            "mars_openhands/openhands/instrument.py", "runtime_patches/__init__.py",
            "runtime_patches/openhands_sdk.py")
 
@@ -81,7 +84,7 @@ def sandbox_env(spec: ImageSpec) -> dict[str, str]:
     """What every sandbox needs to send events (the app passes OH_AGENT_SERVER_ENV through)."""
     env = {"MARS_EVENTS_URL": spec.events_url} if spec.events_url else {}
     if spec.token:
-        env["MARS_EVENTS_TOKEN"] = spec.token
+        env[TOKEN_ENV] = spec.token
     return env
 
 

@@ -4,37 +4,30 @@ The stock OpenHands CLI has no config file (it reads `~/.openhands/agent_setting
 vars); `mars.toml` is what both `openhands --config` and `mars-openhands run` read. Unknown keys are
 errors, so a typo never silently falls back to a default; every error names the key.
 
-```toml
-[llm]
-model = "openai/Qwen/Qwen3-0.6B"     # litellm model name (required)
-base_url = "http://127.0.0.1:8000/v1"  # OpenAI-compatible endpoint (required)
-api_key = "EMPTY"                     # optional
-
-[mars]
-events_url = "http://127.0.0.1:8000/mars/v1/events"  # optional: no events without it
-token = "secret"                      # optional bearer token; env MARS_EVENTS_TOKEN wins
-[mars.expected_duration_s]            # optional policy hints: expected seconds per tool name,
-terminal = 5.0                        # used when the action declares no timeout
-
-[agent]
-max_iterations = 50
-tools = ["terminal", "file_editor", "task_tracker"]
-
-[workspace]
-working_dir = "."                     # relative to the config file
-persistence_dir = ".openhands/conversations"
-```
+Every table and key, with its type, default and effect: docs/config.md (`TABLES` below is the list
+the loader accepts; a test keeps the page and the list the same).
 """
 from __future__ import annotations
 
 import os
 import tomllib
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mars_openhands.client.emitter import EmitterConfig
+from mars_openhands.protocol import TOKEN_ENV
+
 DEFAULT_TOOLS = ("terminal", "file_editor", "task_tracker")
+
+#: Every table of `mars.toml` and the keys it may hold (docs/config.md describes each one).
+TABLES: dict[str, tuple[str, ...]] = {
+    "llm": ("model", "base_url", "api_key", "temperature", "max_output_tokens", "timeout_s"),
+    "mars": ("events_url", "token", "expected_duration_s", "batch_max", "flush_interval_s", "buffer_size",
+             "exit_flush_timeout_s"),
+    "agent": ("max_iterations", "tools"),
+    "workspace": ("working_dir", "persistence_dir"),
+}
 
 
 class ConfigError(ValueError):
@@ -49,19 +42,6 @@ class LLMConfig:
     temperature: float | None = None
     max_output_tokens: int | None = None
     timeout_s: float | None = None
-
-
-@dataclass(frozen=True)
-class EmitterConfig:
-    """Where boundary events go and how the emitter batches them."""
-
-    events_url: str | None = None
-    token: str | None = None
-    expected_duration_s: Mapping[str, float] = field(default_factory=dict)
-    batch_max: int = 64
-    flush_interval_s: float = 0.02
-    buffer_size: int = 10_000
-    exit_flush_timeout_s: float = 2.0
 
 
 @dataclass(frozen=True)
@@ -90,8 +70,9 @@ class _Section:
 
     Each read has a required form, a form with a default (never None) and an optional one."""
 
-    def __init__(self, path: Path, name: str, data: object, allowed: set[str]):
+    def __init__(self, path: Path, name: str, data: object):
         self.where = f"{path}: [{name}]"
+        allowed = set(TABLES[name])
         if not isinstance(data, dict):
             raise ConfigError(f"{self.where}: expected a table, got {type(data).__name__}")
         unknown = sorted(set(data) - allowed)
@@ -155,8 +136,7 @@ def _url(section: _Section, key: str, value: str | None) -> str | None:
 
 
 def _llm(path: Path, data: object) -> LLMConfig:
-    s = _Section(path, "llm", data, {"model", "base_url", "api_key", "temperature",
-                                     "max_output_tokens", "timeout_s"})
+    s = _Section(path, "llm", data)
     temperature = s.optional_number("temperature", positive=False)
     if temperature is not None and temperature < 0:
         raise ConfigError(f"{s.where} temperature: must be >= 0, got {temperature!r}")
@@ -169,15 +149,14 @@ def _llm(path: Path, data: object) -> LLMConfig:
 
 
 def _mars(path: Path, data: object) -> EmitterConfig:
-    s = _Section(path, "mars", data, {"events_url", "token", "expected_duration_s", "batch_max",
-                                      "flush_interval_s", "buffer_size", "exit_flush_timeout_s"})
+    s = _Section(path, "mars", data)
     hints_raw = s._get("expected_duration_s", (dict,), "a table of tool name = seconds", False, {})
     hints: dict[str, float] = {}
     for tool, secs in hints_raw.items():
         if isinstance(secs, bool) or not isinstance(secs, (int, float)) or secs <= 0:
             raise ConfigError(f"{s.where} expected_duration_s.{tool}: expected seconds > 0, got {secs!r}")
         hints[tool] = float(secs)
-    token = os.environ.get("MARS_EVENTS_TOKEN") or s.optional_text("token")
+    token = os.environ.get(TOKEN_ENV) or s.optional_text("token")
     d = EmitterConfig()
     return EmitterConfig(events_url=_url(s, "events_url", s.optional_text("events_url")), token=token,
                          expected_duration_s=hints, batch_max=s.integer("batch_max", d.batch_max),
@@ -187,7 +166,7 @@ def _mars(path: Path, data: object) -> EmitterConfig:
 
 
 def _agent(path: Path, data: object) -> AgentConfig:
-    s = _Section(path, "agent", data, {"max_iterations", "tools"})
+    s = _Section(path, "agent", data)
     tools = s._get("tools", (list,), "a list of tool names", False, list(DEFAULT_TOOLS))
     if not tools or not all(isinstance(t, str) and t for t in tools):
         raise ConfigError(f"{s.where} tools: expected a non-empty list of tool names, got {tools!r}")
@@ -198,7 +177,7 @@ def _agent(path: Path, data: object) -> AgentConfig:
 
 
 def _workspace(path: Path, data: object) -> WorkspaceConfig:
-    s = _Section(path, "workspace", data, {"working_dir", "persistence_dir"})
+    s = _Section(path, "workspace", data)
     base = path.parent
     working = (base / s.text("working_dir", ".")).resolve()
     if not working.is_dir():
@@ -217,9 +196,9 @@ def load_config(path: str | os.PathLike[str]) -> MarsConfig:
         data = tomllib.loads(p.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{p}: not valid TOML: {e}") from None
-    unknown = sorted(set(data) - {"llm", "mars", "agent", "workspace"})
+    unknown = sorted(set(data) - set(TABLES))
     if unknown:
-        raise ConfigError(f"{p}: [{unknown[0]}]: unknown table (allowed: agent, llm, mars, workspace)")
+        raise ConfigError(f"{p}: [{unknown[0]}]: unknown table (allowed: {', '.join(sorted(TABLES))})")
     if "llm" not in data:
         raise ConfigError(f"{p}: [llm]: required table missing (needs model and base_url)")
     p = p.resolve()

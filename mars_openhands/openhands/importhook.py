@@ -29,6 +29,8 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Protocol, cast
 
+from mars_openhands.protocol import TOKEN_ENV
+
 if TYPE_CHECKING:  # not imported at start-up
     from importlib.abc import Loader
     from importlib.machinery import ModuleSpec
@@ -104,7 +106,7 @@ def enable_from_env() -> None:
         instrument.enable(load_config(os.environ["MARS_CONFIG"]).mars)
     elif os.environ.get("MARS_EVENTS_URL"):
         instrument.enable(EmitterConfig(events_url=os.environ["MARS_EVENTS_URL"],
-                                        token=os.environ.get("MARS_EVENTS_TOKEN") or None))
+                                        token=os.environ.get(TOKEN_ENV) or None))
 
 
 class _Loader:

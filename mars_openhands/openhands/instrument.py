@@ -1,7 +1,10 @@
-"""What MARS needs to know about an agent, in terms of the ONE event schema (`mars_openhands.events`).
+"""What MARS needs to know about an OpenHands agent, told through the agent-neutral client
+(`mars_openhands.client`: its tool events, session end and LLM call tags).
 
 The runtime patch (`runtime_patches/openhands_sdk.py`) calls in here at three moments: a tool call
-starts/finishes, an LLM call leaves the process, and a conversation's run ends. This module knows
+starts/finishes, an LLM call leaves the process, and a conversation's run ends. What is OpenHands'
+own stays here: which command an action runs, its exit status, one turn index per agent step (the
+retries of a step's LLM call keep it), one session end per run. This module knows
 nothing of OpenHands internals beyond duck-typed action/observation fields, so a changed SDK breaks
 the patch's guard, not this logic.
 """
@@ -11,19 +14,14 @@ import contextvars
 import itertools
 import logging
 import threading
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from mars_openhands.events import SessionEnded, ToolCancelled, ToolFinished, ToolStarted
-from mars_openhands.openhands.config import EmitterConfig
-from mars_openhands.openhands.emitter import EventEmitter
+from mars_openhands.client import EmitterConfig, EventEmitter, MarsClient, ToolSpan, tag_request
 
 log = logging.getLogger("mars_openhands.instrument")
 
-SESSION_HEADER = "X-Session-ID"
-TURN_HEADER = "X-Turn-Index"
 _COMMAND_MAX = 500
 
 
@@ -37,16 +35,6 @@ class StepTag:
 
 #: Set by the patched `Agent.step`; read by the patched LLM transport (same thread).
 current_step: contextvars.ContextVar[StepTag | None] = contextvars.ContextVar("mars_step", default=None)
-
-
-@dataclass
-class ToolSpan:
-    session_id: str
-    tool_name: str
-    command: str | None
-    call_id: str | None
-    t_wall: float
-    t0: float
 
 
 def describe_action(action: Any) -> str | None:
@@ -68,41 +56,33 @@ def exit_status(observation: Any) -> int:
 
 @dataclass
 class Instrumentation:
-    """Turns agent moments into boundary events and LLM request tags for one process."""
+    """Turns OpenHands moments into the agent-neutral client's events and LLM request tags."""
 
     config: EmitterConfig
-    emitter: EventEmitter | None = None
+    client: MarsClient
     _turns: dict[str, itertools.count] = field(default_factory=dict)
     _ended: set[str] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
+    @property
+    def emitter(self) -> EventEmitter | None:
+        return self.client.emitter
+
     # ---- tools -------------------------------------------------------------------------------
 
     def tool_started(self, session_id: str, tool_name: str, action: Any, call_id: str | None) -> ToolSpan:
+        """A tool call starts; the action's own timeout, when it declares one, is its expected time."""
         timeout = getattr(action, "timeout", None)
         expected = float(timeout) if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) \
-            and timeout > 0 else self.config.expected_duration_s.get(tool_name)
-        span = ToolSpan(session_id, tool_name, describe_action(action), call_id, time.time(),
-                        time.perf_counter())
-        if self.emitter:
-            self.emitter.emit(ToolStarted(session_id=session_id, t=span.t_wall, tool_name=tool_name,
-                                          command=span.command, expected_duration_s=expected,
-                                          call_id=call_id))
-        return span
+            and timeout > 0 else None
+        return self.client.start_tool(session_id, tool_name, command=describe_action(action),
+                                      expected_s=expected, call_id=call_id)
 
     def tool_finished(self, span: ToolSpan, status: int) -> float:
-        duration = time.perf_counter() - span.t0
-        if self.emitter:
-            self.emitter.emit(ToolFinished(session_id=span.session_id, t=span.t_wall + duration,
-                                           tool_name=span.tool_name, duration_s=duration,
-                                           exit_status=status, command=span.command,
-                                           call_id=span.call_id))
-        return duration
+        return self.client.finish_tool(span, status)
 
     def tool_cancelled(self, span: ToolSpan) -> None:
-        if self.emitter:
-            self.emitter.emit(ToolCancelled(session_id=span.session_id, t=time.time(),
-                                            tool_name=span.tool_name, call_id=span.call_id))
+        self.client.cancel_tool(span)
 
     # ---- LLM calls ---------------------------------------------------------------------------
 
@@ -121,15 +101,7 @@ class Instrumentation:
             with self._lock:
                 counter = self._turns.setdefault(tag.session_id, itertools.count())
                 tag.turn_index = next(counter)
-        headers = dict(kwargs.get("extra_headers") or {})
-        headers[SESSION_HEADER] = tag.session_id
-        headers[TURN_HEADER] = str(tag.turn_index)
-        kwargs["extra_headers"] = headers
-        body = dict(kwargs.get("extra_body") or {})
-        xargs = dict(body.get("vllm_xargs") or {})
-        xargs.update(session_id=tag.session_id, turn_index=tag.turn_index)
-        body["vllm_xargs"] = xargs
-        kwargs["extra_body"] = body
+        tag_request(kwargs, tag.session_id, tag.turn_index)
 
     # ---- conversation end --------------------------------------------------------------------
 
@@ -139,8 +111,7 @@ class Instrumentation:
             if session_id in self._ended:
                 return
             self._ended.add(session_id)
-        if self.emitter:
-            self.emitter.emit(SessionEnded(session_id=session_id, t=time.time(), reason=reason))
+        self.client.end_session(session_id, reason)
 
 
 _active: Instrumentation | None = None
@@ -153,10 +124,10 @@ def enable(config: EmitterConfig) -> Instrumentation:
         if _active.config == config:
             return _active
         disable()
-    emitter = EventEmitter(config) if config.events_url else None
-    if emitter is None:
+    client = MarsClient(config=config)
+    if client.emitter is None:
         log.warning("mars: no events_url configured; LLM calls are tagged but no boundary events are sent")
-    _active = Instrumentation(config=config, emitter=emitter)
+    _active = Instrumentation(config=config, client=client)
     return _active
 
 
@@ -164,8 +135,8 @@ def disable() -> None:
     """Flush and stop the emitter; the patches stay installed but become no-ops."""
     global _active
     inst, _active = _active, None
-    if inst is not None and inst.emitter is not None:
-        inst.emitter.close()
+    if inst is not None:
+        inst.client.close()
 
 
 def active() -> Instrumentation | None:

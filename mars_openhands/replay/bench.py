@@ -11,6 +11,12 @@ records, calibration samples, the profile and server logs.
     mars-openhands bench-engine --synthetic 16 --rate 0.5 --policies fcfs,mars --model models/small \\
         --kv-cache-memory-bytes 200000000 --token-scale 0.1 --out runs/engine [-- extra vLLM args]
 
+With `--repeat N` every policy runs N times, the order rotated each round (`mars_openhands.repeats`):
+each round's ratio of every baseline (and of the round's best) to MARS, their median with a 90 %
+bootstrap interval on mean and p95, and a verdict per baseline (ahead / tie / behind) are printed and
+kept in summary.json (`rounds`, `verdicts`); the policy table then gives each field's median over the
+rounds, and the plots, turns and re-fitted profile come from the last round.
+
 With `--replicas N` each policy runs on N replicas behind `vllm-router`, once per `--router-policy` entry
 (`replay/replicas.py`); the simulator's prediction is then not made.
 """
@@ -28,23 +34,30 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from mars_openhands import repeats
 from mars_openhands.cli_args import CliError, add_synthetic_args, add_workload_source, policy_list, positive, workload
 from mars_openhands.cluster.launch import Cluster
 from mars_openhands.cluster.router import PROGRAM, ROUTER_POLICIES, RouterError
+from mars_openhands.core.registry import is_mars_variant
 from mars_openhands.procs import StartError
 from mars_openhands.replay.bench_output import (
+    SIM_ENGINES,
     EngineSetup,
     PolicyRun,
     comparison_table,
+    held_idle_table,
+    predicted_ratios,
+    prediction_lines,
     profile_doc,
     run_result,
+    scheduler_us_per_step,
     simulator_prediction,
     turn_rows,
 )
 from mars_openhands.replay.client import ReplayConfig, Replayer
 from mars_openhands.replay.cores import CoreSplit
 from mars_openhands.replay.engine import CacheConfig, EngineClient
-from mars_openhands.replay.engine_costs import EngineCosts, ProbePlan, Samples, calibrate
+from mars_openhands.replay.engine_costs import EngineCosts, ProbePlan, Samples, calibrate, fit_problems
 from mars_openhands.replay.prompts import ModelDirError, TokenSpace, TurnShape, plan_shapes, replayed_session
 from mars_openhands.replay.replicas import (
     Configuration,
@@ -107,7 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--token-scale", type=positive(float), default=1.0,
                    help="multiply every token count of the trace (the CPU engine is slow; default 1)")
     p.add_argument("--alpha", type=positive(float), default=3.0, help="goodput threshold, x ideal (default 3)")
-    p.add_argument("--calibration-reps", type=positive(int), default=2, help="idle-engine probe repetitions")
+    p.add_argument("--calibration-reps", type=positive(int), default=3,
+                   help="idle-engine probe repetitions; costs are fitted on each probe's median (default 3)")
     p.add_argument("--startup-timeout", type=positive(float), default=600.0, help="seconds to wait for /health")
     p.add_argument("--events", choices=EVENT_MODES, default="real",
                    help="what the replay client tells the engine: real (boundary events and tool "
@@ -123,6 +137,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "`mars-openhands calibrate`) on the engine's KV blocks and tool workers")
     p.add_argument("--no-sim", action="store_true",
                    help="skip the simulator's prediction of the replayed workload (DIR/simulated.json)")
+    p.add_argument("--sim-engines", default=",".join(SIM_ENGINES), metavar="LIST",
+                   help=f"simulator engines that predict the replayed workload (known: {', '.join(SIM_ENGINES)}; "
+                        "default: all)")
+    p.add_argument("--repeat", type=positive(int), default=1, metavar="N",
+                   help="run every policy N times, the order rotated each round, and give each baseline's "
+                        "median ratio to MARS with a 90%% bootstrap interval and a verdict (default 1)")
     p.add_argument("--out", type=Path, required=True, metavar="DIR",
                    help="the run folder: new or empty, or holding this same benchmark (run again in place); "
                         "the rule of every run folder: docs/swebench.md#run-folders")
@@ -249,6 +269,7 @@ class Calibration:
     cache: CacheConfig
     samples: Samples
     costs: EngineCosts
+    problems: list[str]          # why `calibrate` would refuse the fit (`calibrate.fit_problems`)
 
 
 async def _client(server: EngineServer | Cluster) -> EngineClient:
@@ -270,7 +291,8 @@ async def _calibrate(server: EngineServer, plan: BenchPlan, reps: int, bar: tqdm
         samples = await calibrate(engine, plan.space, probes, progress=lambda: bar.update(1))
     finally:
         await engine.aclose()
-    return Calibration(cache, samples, samples.fit(cache.block_size))   # one engine, one ideal for all
+    costs = samples.fit(cache.block_size)          # one engine, one ideal for all
+    return Calibration(cache, samples, costs, fit_problems(samples, costs))
 
 
 async def _replay(server: EngineServer, plan: BenchPlan, args: argparse.Namespace, bar: tqdm) -> PolicyRun:
@@ -322,10 +344,11 @@ async def _replay_cluster(cluster: Cluster, plan: BenchPlan, args: argparse.Name
         await engine.aclose()
 
 
-def _with_cluster(conf: Configuration, plan: BenchPlan, args: argparse.Namespace,
-                  bar: tqdm) -> tuple[PolicyRun, Failover, dict[str, Any]]:
-    """Start the replicas and the router of `conf`, replay through them, always stop them all."""
-    spec = cluster_spec(conf, args.replicas, args.model, args.out / f"cluster-{conf.label}", plan.flags,
+def _with_cluster(conf: Configuration, plan: BenchPlan, args: argparse.Namespace, bar: tqdm,
+                  tag: str) -> tuple[PolicyRun, Failover, dict[str, Any]]:
+    """Start the replicas and the router of `conf`, replay through them, always stop them all (logs
+    in DIR/cluster-`tag`)."""
+    spec = cluster_spec(conf, args.replicas, args.model, args.out / f"cluster-{tag}", plan.flags,
                         args.cpu_cores_per_replica)
     try:
         cluster = Cluster(spec)
@@ -351,6 +374,15 @@ def _with_server(policy: str, log: Path, args: argparse.Namespace, plan: BenchPl
         server.stop()
 
 
+def _sim_engines(text: str) -> list[str]:
+    names = _names(text)
+    unknown = [n for n in names if n not in SIM_ENGINES]
+    if unknown or not names:
+        raise BenchError(f"--sim-engines: unknown engine {unknown[0] if unknown else text!r}; "
+                         f"known: {', '.join(SIM_ENGINES)}")
+    return names
+
+
 def _extra_profile(text: str | None) -> tuple[str, Profile] | None:
     """`--profile`: (label, profile), checked before any engine starts."""
     if text is None:
@@ -369,15 +401,65 @@ BENCH_WRITES = ("trace.jsonl", "server-*.log", "stats-*.json", "turns.jsonl", "s
                 "simulated.json", "cluster-*")
 
 
-def bench(args: argparse.Namespace, vllm_extra: list[str]) -> int:
+def _run_all(names: list[str], configs: dict[str, Configuration], plan: BenchPlan, args: argparse.Namespace,
+             out: Path) -> tuple[Calibration, list[dict[str, PolicyRun]], dict[str, Failover]]:
+    """Calibrate an idle engine, then run every policy `--repeat` times in rotated order: per round,
+    {name: run} in the order of `names`."""
     from tqdm import tqdm
 
+    orders = repeats.rotation(names, args.repeat)
+    rounds: list[dict[str, PolicyRun]] = []
+    failovers: dict[str, Failover] = {}
+    turns = sum(len(s.turns) for s in plan.sessions)
+    with tqdm(total=turns * len(names) * args.repeat, desc="bench-engine", unit="turn", file=sys.stderr,
+              disable=None, dynamic_ncols=True) as bar:
+        bar.set_postfix_str("calibrating an idle engine")
+        cal = _with_server("fcfs", out / "server-calibration.log", args, plan,
+                           lambda srv: _calibrate(srv, plan, args.calibration_reps, bar))
+        for problem in cal.problems:      # the run goes on: its latencies stand, its ideal and re-fit do not
+            print(f"{PROG}: warning: the idle engine's fit is unreliable: {problem}; slowdown, goodput and "
+                  "the re-fitted prediction rest on it", file=sys.stderr)
+        for k, order in enumerate(orders):
+            runs: dict[str, PolicyRun] = {}
+            for name in order:
+                tag = name if args.repeat == 1 else f"{name}-round{k + 1}"
+                bar.set_postfix_str(name if args.repeat == 1 else f"round {k + 1}/{args.repeat}: {name}")
+                stats: dict[str, Any] | None
+                if args.replicas > 1:
+                    runs[name], failovers[name], stats = _with_cluster(configs[name], plan, args, bar, tag)
+                else:
+                    runs[name] = _with_server(name, out / f"server-{tag}.log", args, plan,
+                                              lambda srv: _replay(srv, plan, args, bar))
+                    stats = runs[name].stats
+                (out / f"stats-{tag}.json").write_text(json.dumps(stats, indent=2, default=str) + "\n")
+                stall = runs[name].outcome.stall
+                failed = [r for r in runs[name].outcome.sessions if r.error]
+                if stall is not None:
+                    print(f"{tag}: {stall.describe()}", file=sys.stderr)
+                elif failed:
+                    print(f"{tag}: {len(failed)} session(s) failed, first: {failed[0].error}", file=sys.stderr)
+            rounds.append({n: runs[n] for n in names})
+    return cal, rounds, failovers
+
+
+def _verdicts(names: list[str],
+              round_summaries: list[dict[str, dict[str, Any]]]) -> tuple[str, list[repeats.Comparison]]:
+    """MARS (`repeats.reference_policy`) against every baseline over the rounds; ("", []) without both."""
+    reference = repeats.reference_policy(names)
+    baselines = [n for n in names if not is_mars_variant(n)]
+    if reference is None or not baselines:
+        return "", []
+    return reference, repeats.compare(round_summaries, reference, baselines)
+
+
+def bench(args: argparse.Namespace, vllm_extra: list[str]) -> int:
     from mars_openhands import plots
     from mars_openhands.metrics import format_table, ideal_mean_e2e, stall_notes, summarize
     from mars_openhands.workload.trace import write_trace
 
     configs = _configurations(args)
     extra = _extra_profile(args.profile)
+    engines = _sim_engines(args.sim_engines)
     plan = make_plan(args, vllm_extra)
     out: Path = args.out
     spec = RunSpec("bench-engine", {**args_identity(args), "vllm_extra": vllm_extra}, writes=BENCH_WRITES,
@@ -389,54 +471,46 @@ def bench(args: argparse.Namespace, vllm_extra: list[str]) -> int:
     except OSError as e:
         raise BenchError(f"--out: cannot create {out}: {e.strerror or e}") from None
     write_trace(out / "trace.jsonl", plan.sessions)
-    runs: dict[str, PolicyRun] = {}
-    failovers: dict[str, Failover] = {}
     names = list(configs) if configs else plan.policies
-    turns = sum(len(s.turns) for s in plan.sessions)
-    with tqdm(total=turns * len(names), desc="bench-engine", unit="turn", file=sys.stderr,
-              disable=None, dynamic_ncols=True) as bar:
-        bar.set_postfix_str("calibrating an idle engine")
-        cal = _with_server("fcfs", out / "server-calibration.log", args, plan,
-                           lambda srv: _calibrate(srv, plan, args.calibration_reps, bar))
-        for name in names:
-            bar.set_postfix_str(name)
-            stats: dict[str, Any] | None
-            if args.replicas > 1:
-                runs[name], failovers[name], stats = _with_cluster(configs[name], plan, args, bar)
-            else:
-                runs[name] = _with_server(name, out / f"server-{name}.log", args, plan,
-                                          lambda srv: _replay(srv, plan, args, bar))
-                stats = runs[name].stats
-            (out / f"stats-{name}.json").write_text(json.dumps(stats, indent=2, default=str) + "\n")
-            stall = runs[name].outcome.stall
-            failed = [r for r in runs[name].outcome.sessions if r.error]
-            if stall is not None:
-                print(f"{name}: {stall.describe()}", file=sys.stderr)
-            elif failed:
-                print(f"{name}: {len(failed)} session(s) failed, first: {failed[0].error}", file=sys.stderr)
-    results = {n: run_result(n, plan.sessions, r, cal.costs, plan.shapes, args.tool_time_scale)
-               for n, r in runs.items()}
+    cal, rounds, failovers = _run_all(names, configs, plan, args, out)
+    round_results = [{n: run_result(n, plan.sessions, r, cal.costs, plan.shapes, args.tool_time_scale)
+                      for n, r in runs.items()} for runs in rounds]
+    round_summaries = [{n: {**summarize(r, alpha=args.alpha),
+                            "scheduler_us_per_step": scheduler_us_per_step(runs[n].stats)}
+                        for n, r in results.items()} for runs, results in zip(rounds, round_results)]
+    runs, results = rounds[-1], round_results[-1]          # the plots, turns and profile: the last round
     with (out / "turns.jsonl").open("w") as f:
-        for name, r in runs.items():
-            for row in turn_rows(name, r.outcome):
-                f.write(json.dumps(row) + "\n")
-    summaries = {n: summarize(r, alpha=args.alpha) for n, r in results.items()}
+        for k, rr in enumerate(rounds):
+            for name, r in rr.items():
+                for row in turn_rows(name, r.outcome):
+                    f.write(json.dumps({**row, "round": k + 1} if args.repeat > 1 else row) + "\n")
+    summaries = (round_summaries[0] if args.repeat == 1 else
+                 {n: repeats.median_summary([rs[n] for rs in round_summaries]) for n in names})
+    reference, comparisons = _verdicts(names, round_summaries)
     setup = EngineSetup(args.model, args.kv_cache_memory_bytes, args.tool_workers, args.token_scale)
-    summary = {"trace": plan.label, "profile": f"measured:vllm-cpu {args.model.name}", "measured": True,
-               "ideal_mean_e2e_s": ideal_mean_e2e(next(iter(results.values()))), "policies": summaries,
-               "engine": {**dataclasses.asdict(cal.cache), "vllm_flags": plan.flags,
-                          "tool_workers": args.tool_workers, "token_scale": args.token_scale,
-                          "engine_cores": sorted(plan.cores.engine) if plan.cores else None,
-                          "tool_cores": sorted(plan.cores.tools) if plan.cores else None,
-                          "costs": dataclasses.asdict(cal.costs)},
-               "events": {n: {"sent": r.outcome.events_sent, "dropped": r.outcome.events_dropped}
-                          for n, r in runs.items()},
-               "held_idle_s": {n: round(r.held_idle_s, 3) for n, r in results.items()},
-               "stalls": {n: r.outcome.stall.as_dict() for n, r in runs.items() if r.outcome.stall}}
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    rows = {(f"{n} (stalled)" if runs[n].outcome.stall else n): s for n, s in summaries.items()}
-    verdicts = [f"{n}: {r.outcome.stall.describe()}" for n, r in runs.items() if r.outcome.stall]
-    notes = verdicts + stall_notes(results)
+    orders = repeats.rotation(names, args.repeat)
+    summary: dict[str, Any] = {
+        "trace": plan.label, "profile": f"measured:vllm-cpu {args.model.name}", "measured": True,
+        "ideal_mean_e2e_s": ideal_mean_e2e(next(iter(results.values()))), "repeat": args.repeat,
+        "policies": summaries,
+        "engine": {**dataclasses.asdict(cal.cache), "vllm_flags": plan.flags,
+                   "tool_workers": args.tool_workers, "token_scale": args.token_scale,
+                   "engine_cores": sorted(plan.cores.engine) if plan.cores else None,
+                   "tool_cores": sorted(plan.cores.tools) if plan.cores else None,
+                   "costs": dataclasses.asdict(cal.costs), "fit_problems": cal.problems},
+        "events": {n: {"sent": r.outcome.events_sent, "dropped": r.outcome.events_dropped} for n, r in runs.items()},
+        "held_idle_s": {n: s["held_idle_s"] for n, s in summaries.items()},
+        "stalls": {n: r.outcome.stall.as_dict() for n, r in runs.items() if r.outcome.stall},
+        "rounds": [{"round": k + 1, "order": order, "policies": rs,
+                    "stalls": {n: r.outcome.stall.as_dict() for n, r in rr.items() if r.outcome.stall}}
+                   for k, (order, rs, rr) in enumerate(zip(orders, round_summaries, rounds))],
+        "verdicts": {"reference": reference, "rule": repeats.RULE,
+                     "baselines": {c.baseline: c.as_dict() for c in comparisons}} if comparisons else None}
+    stalled = {n for rr in rounds for n, r in rr.items() if r.outcome.stall}
+    rows = {(f"{n} (stalled)" if n in stalled else n): s for n, s in summaries.items()}
+    stall_lines = [f"{n}{'' if args.repeat == 1 else f' (round {k + 1})'}: {r.outcome.stall.describe()}"
+                   for k, rr in enumerate(rounds) for n, r in rr.items() if r.outcome.stall]
+    notes = stall_lines + stall_notes(results)
     (out / "table.md").write_text(format_table(rows, markdown=True) + "\n"
                                   + "".join(f"\n{line}\n" for line in notes))
     profile = profile_doc(cal.costs, cal.samples, cal.cache, setup, runs)
@@ -454,18 +528,38 @@ def bench(args: argparse.Namespace, vllm_extra: list[str]) -> int:
                                                            for n, c in configs.items()}}, indent=2) + "\n")
     if not args.no_sim and not configs:
         runs_by_profile = simulator_prediction(replayed, cal.costs, cal.cache, args.tool_workers, plan.policies,
-                                               events=args.events, extra=extra)
+                                               events=args.events, extra=extra, engines=engines)
         predicted = {lab: {n: summarize(r, alpha=args.alpha) for n, r in rr.items()}
                      for lab, rr in runs_by_profile.items()}
         (out / "simulated.json").write_text(json.dumps(
             {"trace": str(out / "replayed-trace.jsonl"), "profiles": predicted}, indent=2) + "\n")
-    print(f"\n{plan.label}  measured on vllm-cpu {args.model.name}  ideal mean E2E {summary['ideal_mean_e2e_s']:.1f} s")
+    forecast = predicted_ratios(predicted, reference) if comparisons and predicted else {}
+    if forecast and summary["verdicts"]:
+        summary["verdicts"]["predicted_best_ratio"] = forecast
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    times = "" if args.repeat == 1 else f"  median of {args.repeat} rounds"
+    print(f"\n{plan.label}  measured on vllm-cpu {args.model.name}  ideal mean E2E "
+          f"{summary['ideal_mean_e2e_s']:.1f} s{times}")
     print(format_table(rows))
     for line in notes:
         print(line)
+    if comparisons:
+        print(f"\n{reference} against each baseline over {args.repeat} round(s), each round's ratio baseline / "
+              f"{reference} (the run order rotated: round r starts at policy r mod {len(names)})")
+        print(repeats.verdict_table(comparisons, reference))
+        vs = comparisons[-1]          # the round's best baseline (the only one where one ran)
+        if forecast:
+            print(f"predicted best baseline / {reference}, mean / p95, against the measured median "
+                  f"{'-' if vs.mean is None else f'{vs.mean.median:.2f}x'} / "
+                  f"{'-' if vs.p95 is None else f'{vs.p95.median:.2f}x'}:")
+            print("\n".join(prediction_lines(forecast, vs.mean.median if vs.mean else None,
+                                             vs.p95.median if vs.p95 else None)))
     if predicted:
-        print("\nmeasured vs the simulator on the same (replayed) workload")
+        print("\nmeasured vs the simulator on the same (replayed) workload"
+              + ("" if args.repeat == 1 else f" (measured: medians of {args.repeat} rounds)"))
         print(comparison_table(summaries, predicted))
+        print("\nheld with the engine idle, % of the makespan: measured and predicted")
+        print(held_idle_table(summaries, predicted))
     if failovers:
         print(f"\n{args.replicas} replicas behind vllm-router (replicas.json)")
         print(replica_table(summaries, failovers))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import platform
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -67,9 +68,20 @@ def run_result(policy: str, sessions: list[SessionTrace], run: PolicyRun, costs:
         pts = outcome.timeline
         pinned_bs = sum((b[0] - a[0]) * a[3] for a, b in zip(pts, pts[1:]))
     preemptions = int(_counter(after, "vllm:num_preemptions") - _counter(before, "vllm:num_preemptions"))
+    # held idle: the adapter's own count, step by step (else: sampled by the replay's watchdog)
+    held_idle = stat_value(run.stats, "counters.held_idle_seconds")
     return RunResult(policy, results, recomputed_prefill_tokens=int(missed + preempt_recompute),
-                     prefix_hit_tokens=int(hits), pinned_block_seconds=float(pinned_bs),
-                     preemptions=preemptions, held_idle_s=outcome.held_idle_s, timeline=list(outcome.timeline))
+                     prefix_hit_tokens=int(hits), pinned_block_seconds=float(pinned_bs), preemptions=preemptions,
+                     held_idle_s=outcome.held_idle_s if held_idle is None else held_idle,
+                     timeline=list(outcome.timeline))
+
+
+def scheduler_us_per_step(stats: StatsDoc) -> float | None:
+    """Host microseconds the scheduler added per model step (`schedule()` + `update_from_output()`),
+    from the adapter's counters (summed over replicas behind a router); None from a stock server."""
+    seconds = stat_value(stats, "counters.scheduler_seconds")
+    steps = stat_value(stats, "counters.scheduler_steps")
+    return round(1e6 * seconds / steps, 1) if seconds is not None and steps else None
 
 
 def turn_rows(policy: str, outcome: ReplayOutcome) -> list[dict[str, Any]]:
@@ -118,15 +130,31 @@ def profile_doc(costs: EngineCosts, samples: Samples, cache: CacheConfig, setup:
     }
 
 
+#: A simulator engine: (replayed sessions, profile, policy, events mode) -> the simulated run.
+SimEngine = Callable[[list[SessionTrace], Profile, str, str], RunResult]
+
+
+def _sim_engine(sessions: list[SessionTrace], profile: Profile, policy: str, events: str) -> RunResult:
+    """The simulator (`sim`): one replica of the cluster simulator is the single engine, bit for bit,
+    with events on or off."""
+    from mars_openhands.sim.cluster import run_cluster
+    return run_cluster(sessions, profile, policy, events=events)
+
+
+#: The simulator engines `bench-engine` predicts with, by name (`--sim-engines`); the first is the default
+#: one, whose predictions carry the bare profile label.
+SIM_ENGINES: dict[str, SimEngine] = {"sim": _sim_engine}
+
+
 def simulator_prediction(replayed: list[SessionTrace], costs: EngineCosts, cache: CacheConfig, tool_workers: int,
-                         names: list[str], events: str = "real",
-                         extra: tuple[str, Profile] | None = None) -> dict[str, dict[str, RunResult]]:
+                         names: list[str], events: str = "real", extra: tuple[str, Profile] | None = None,
+                         engines: Sequence[str] = ("sim",)) -> dict[str, dict[str, RunResult]]:
     """Simulate the replayed workload under each policy with `cpu-small` as shipped, as re-fitted
     here, and with `extra` (label, profile) if given (`--profile`), each with the engine's KV blocks
     and tool workers, the engine hearing the agents' `events` (`real`, `inferred` or `none`, as
-    `sim.cluster`): {profile label: {policy: RunResult}}."""
+    `sim.cluster`), on each of `engines` (`SIM_ENGINES`): {label: {policy: RunResult}}, the label
+    the profile's, followed by ` [engine]` for any engine but the default."""
     from mars_openhands.sim import get_profile
-    from mars_openhands.sim.cluster import run_cluster
 
     shipped = get_profile("cpu-small")
     kv_blocks = cache.kv_blocks - 1 if cache.kv_blocks is not None else shipped.kv_blocks   # vLLM's null block
@@ -135,14 +163,17 @@ def simulator_prediction(replayed: list[SessionTrace], costs: EngineCosts, cache
                 ("cpu-small re-fitted", costs.as_profile(shipped.with_overrides(**shape)))]
     if extra is not None:
         profiles.append((extra[0], extra[1].with_overrides(**shape)))
-    # (one replica of the cluster simulator is the single engine, bit for bit, with events on or off)
-    return {label: {n: run_cluster(replayed, prof, n, events=events) for n in names} for label, prof in profiles}
+    default = next(iter(SIM_ENGINES))
+    return {(label if engine == default else f"{label} [{engine}]"):
+            {n: SIM_ENGINES[engine](replayed, prof, n, events) for n in names}
+            for engine in engines for label, prof in profiles}
 
 
 def comparison_table(measured: dict[str, dict[str, Any]], predicted: dict[str, dict[str, dict[str, Any]]]) -> str:
     """Mean / p95 E2E per policy: measured on the engine next to each simulator prediction and its
-    error (predicted / measured - 1), the simulator's fidelity on this workload; a last row gives
-    MARS' speed-up over the best baseline on mean (`metrics.speedups`), measured and predicted."""
+    error (predicted / measured - 1), the simulator's fidelity on this workload; the last rows give
+    MARS' speed-up over the best baseline on mean and on p95 (`metrics.speedups`), measured and
+    predicted."""
     header = ["policy", "measured mean/p95 s"]
     for label in predicted:
         header += [f"sim {label} mean/p95 s", "error mean/p95"]
@@ -161,16 +192,52 @@ def comparison_table(measured: dict[str, dict[str, Any]], predicted: dict[str, d
         for p in predicted.values():
             row += [cell(p.get(n)), error(p.get(n), m)]
         rows.append(row)
-    ratio = speedups(measured).get("mars", {}).get("mean_vs_best")
-    if ratio:      # MARS and a baseline ran: best baseline / MARS on mean, and how far each prediction is
-        row = ["x best (mean)", f"{ratio:.2f}x"]
-        for p in predicted.values():
-            r = speedups({n: p[n] for n in measured if n in p}).get("mars", {}).get("mean_vs_best")
-            row += [f"{r:.2f}x", f"{r / ratio - 1:+.0%}"] if r else ["-", "-"]
-        rows.append(row)
+    for key, title in (("mean_vs_best", "x best (mean)"), ("p95_vs_best", "x best (p95)")):
+        ratio = speedups(measured).get("mars", {}).get(key)
+        if ratio:      # MARS and a baseline ran: best baseline / MARS, and how far each prediction is
+            row = [title, f"{ratio:.2f}x"]
+            for p in predicted.values():
+                r = speedups({n: p[n] for n in measured if n in p}).get("mars", {}).get(key)
+                row += [f"{r:.2f}x", f"{r / ratio - 1:+.0%}"] if r else ["-", "-"]
+            rows.append(row)
     widths = [max(len(x) for x in col) for col in zip(header, *rows)]
 
     def fmt(cells: list[str]) -> str:
         return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
 
     return "\n".join([fmt(header), "  ".join("-" * w for w in widths)] + [fmt(r) for r in rows])
+
+
+def predicted_ratios(predicted: dict[str, dict[str, dict[str, Any]]], reference: str) -> dict[str, dict[str, Any]]:
+    """Each prediction's best baseline / `reference` on mean and p95 (`metrics.speedups`)."""
+    out = {}
+    for label, summaries in predicted.items():
+        r = speedups(summaries).get(reference, {})
+        out[label] = {"mean": r.get("mean_vs_best"), "p95": r.get("p95_vs_best")}
+    return out
+
+
+def prediction_lines(predicted: dict[str, dict[str, Any]], measured_mean: float | None,
+                     measured_p95: float | None) -> list[str]:
+    """Each prediction of best / MARS next to the measured median ratio, and how far it is."""
+    def cell(r: float | None, m: float | None) -> str:
+        if r is None:
+            return "-"
+        return f"{r:.2f}x" + (f" ({r / m - 1:+.0%})" if m else "")
+
+    return [f"  {label}: {cell(r['mean'], measured_mean)} / {cell(r['p95'], measured_p95)}"
+            for label, r in predicted.items()]
+
+
+def held_idle_table(measured: dict[str, dict[str, Any]], predicted: dict[str, dict[str, dict[str, Any]]]) -> str:
+    """Per policy, the share of the makespan it held calls with the engine idle: measured, then
+    each prediction (`held_idle_share` of the summaries)."""
+    def pct(s: dict[str, Any] | None) -> str:
+        share = (s or {}).get("held_idle_share")
+        return "-" if share is None else f"{share:.1%}"
+
+    header = ["policy", "measured", *predicted]
+    rows = [[n, pct(m), *(pct(p.get(n)) for p in predicted.values())] for n, m in measured.items()]
+    widths = [max(len(x) for x in col) for col in zip(header, *rows)]
+    return "\n".join("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
+                     for r in [header, *rows])

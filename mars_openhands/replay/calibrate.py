@@ -4,10 +4,14 @@ profile fitted on any running OpenAI-compatible vLLM engine (GPU or CPU), in a f
 The probes and the fit are `bench-engine`'s (`replay/engine_costs.py`: prefill at several contexts,
 timed to the first token; decode at several batch sizes and contexts, timed between tokens); this
 command only finds out what the engine is (model, max length, KV cache from vLLM's
-`vllm:cache_config_info` metric), runs them on the idle engine and writes a `mars-profile/1` file
-(`sim/profile_file.py`) with its provenance: url, model, date, every probe with the fit's
-prediction, and the fit's residuals. `simulate`, `bench-matrix` and `bench-engine` take the file as
-`--profile`.
+`vllm:cache_config_info` metric), runs them on the idle engine `--reps` times and writes a
+`mars-profile/1` file (`sim/profile_file.py`) with its provenance: url, model, date, the host's load
+during the probes, every probe shape with its times, their median and the fit's prediction, and
+the fit's residuals. `simulate`, `bench-matrix` and `bench-engine` take the file as `--profile`.
+
+A host's noise must not make a profile: the fit is made on each probe shape's median, and a fit
+that is degenerate or whose rms error over those medians is past `--max-fit-error`
+(`calibrate.fit_problems`) is refused (exit status 3, nothing written) unless `--force`.
 """
 from __future__ import annotations
 
@@ -29,12 +33,15 @@ import numpy as np
 from mars_openhands.cli_args import positive
 from mars_openhands.replay.engine import EngineClient, EngineError, prometheus_labels
 from mars_openhands.replay.engine_costs import (
+    MAX_FIT_ERROR,
     MAX_PROBE_CTX,
     MAX_PROBE_NEW,
     EngineCosts,
     ProbePlan,
     Samples,
     calibrate,
+    fit_errors,
+    fit_problems,
 )
 from mars_openhands.replay.prompts import ModelDirError, TokenSpace
 from mars_openhands.sim.profile_file import write_profile
@@ -53,6 +60,33 @@ _SAMPLE_TEXT = ("def schedule(sessions, engine):\n    for s in sorted(sessions, 
 
 class ProbeError(Exception):
     """The engine cannot be calibrated: one `error:` line naming what is wrong, exit status 2."""
+
+
+class FitRefused(Exception):
+    """The probes ran but their fit must not be used (`calibrate.fit_problems`): exit status 3."""
+
+
+@dataclass(frozen=True)
+class HostLoad:
+    """The host's load average (1, 5, 15 min) before and after the probes, and its CPUs: a fit made
+    while other work ran on the engine's cores measured that work too."""
+
+    cpus: int | None
+    before: tuple[float, ...]
+    after: tuple[float, ...]
+
+    @staticmethod
+    def now() -> tuple[float, ...]:
+        try:
+            return tuple(round(x, 2) for x in os.getloadavg())
+        except OSError:            # (no load average on this platform)
+            return ()
+
+    def describe(self) -> str:
+        if not self.before or not self.after:
+            return f"host load unknown, {self.cpus} CPUs"
+        return (f"host load {self.before[0]:.1f} before / {self.after[0]:.1f} after the probes (1-min average) "
+                f"on {self.cpus} CPUs")
 
 
 @dataclass(frozen=True)
@@ -155,26 +189,22 @@ async def engine_facts(engine: EngineClient, wanted: str | None, kv_blocks: int 
 
 
 def residuals(samples: Samples, costs: EngineCosts) -> dict[str, Any]:
-    """Each probe next to the fit's prediction, and the fit's relative error (rms and worst)."""
-    pre = [(n, ctx, t, costs.prefill_s(n, ctx)) for n, ctx, t in samples.prefill]
-    dec = [(k, ctx, t, costs.decode_step_at(k, ctx)) for k, ctx, t in samples.decode]
-
-    def rel(rows: list[tuple[int, int, float, float]]) -> dict[str, float]:
-        errs = np.array([p / t - 1 for *_, t, p in rows if t > 0])
-        if not len(errs):
-            return {"rms_rel": 0.0, "max_abs_rel": 0.0}
-        return {"rms_rel": round(float(np.sqrt(np.mean(errs ** 2))), 4),
-                "max_abs_rel": round(float(np.max(np.abs(errs))), 4)}
-
-    return {"prefill": rel(pre), "decode": rel(dec),
-            "prefill_probes": [{"new": n, "ctx": c, "measured_s": round(t, 5), "fit_s": round(p, 5)}
-                               for n, c, t, p in pre],
-            "decode_probes": [{"batch": k, "ctx_sum": c, "measured_step_s": round(t, 6), "fit_step_s": round(p, 6)}
-                              for k, c, t, p in dec]}
+    """Each probe shape's median (and every time measured for it) next to the fit's prediction, and
+    the fit's relative error over the medians (rms and worst)."""
+    prefill, decode = samples.medians()
+    pre_err, dec_err = fit_errors(samples, costs)
+    return {"prefill": {"rms_rel": round(pre_err.rms, 4), "max_abs_rel": round(pre_err.worst, 4)},
+            "decode": {"rms_rel": round(dec_err.rms, 4), "max_abs_rel": round(dec_err.worst, 4)},
+            "prefill_probes": [{"new": x.size, "ctx": x.ctx, "measured_s": round(x.median_s, 5),
+                                "times_s": [round(t, 5) for t in x.times_s],
+                                "fit_s": round(costs.prefill_s(x.size, x.ctx), 5)} for x in prefill],
+            "decode_probes": [{"batch": x.size, "ctx_sum": x.ctx, "measured_step_s": round(x.median_s, 6),
+                               "times_s": [round(t, 6) for t in x.times_s],
+                               "fit_step_s": round(costs.decode_step_at(x.size, x.ctx), 6)} for x in decode]}
 
 
 async def probe(args: argparse.Namespace, progress: Callable[[int], None],
-                step: Callable[[], None]) -> tuple[EngineFacts, ProbePlan, Samples]:
+                step: Callable[[], None]) -> tuple[EngineFacts, ProbePlan, Samples, HostLoad]:
     """Learn the engine, then run the probe plan on it (`progress(total)` once, `step()` per probe)."""
     engine = EngineClient(args.url, args.model or "", timeout_s=args.probe_timeout)
     try:
@@ -187,7 +217,9 @@ async def probe(args: argparse.Namespace, progress: Callable[[int], None],
         plan = ProbePlan.cover(facts.block_size, max_new=args.max_new, max_ctx=args.max_ctx,
                                max_len=facts.max_model_len, reps=args.reps)
         progress(plan.count)
+        before = HostLoad.now()
         samples = await calibrate(engine, facts.space, plan, progress=step)
+        load = HostLoad(os.cpu_count(), before, HostLoad.now())
     except ValueError as e:        # a plan the engine's max length leaves no room for
         raise ProbeError(str(e)) from None
     except EngineError as e:
@@ -196,7 +228,7 @@ async def probe(args: argparse.Namespace, progress: Callable[[int], None],
         raise ProbeError(f"{args.url}: a probe failed: {type(e).__name__}: {e}") from None
     finally:
         await engine.aclose()
-    return facts, plan, samples
+    return facts, plan, samples, load
 
 
 def build_profile(args: argparse.Namespace, facts: EngineFacts, costs: EngineCosts) -> Profile:
@@ -211,12 +243,16 @@ def build_profile(args: argparse.Namespace, facts: EngineFacts, costs: EngineCos
 
 
 def provenance(args: argparse.Namespace, facts: EngineFacts, plan: ProbePlan, samples: Samples,
-               costs: EngineCosts, wall_s: float) -> dict[str, Any]:
+               costs: EngineCosts, wall_s: float, load: HostLoad, problems: list[str]) -> dict[str, Any]:
     mnbt, mns = DEVICE_DEFAULTS[args.device]
     return {
         "command": "mars-openhands calibrate", "url": args.url, "model": facts.model,
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "host": platform.node(), "wall_s": round(wall_s, 1),
+        "host_load": {"cpus": load.cpus, "loadavg_before": list(load.before), "loadavg_after": list(load.after)},
+        "max_fit_error": args.max_fit_error,
+        # written only with --force: why the fit would have been refused
+        **({"forced_despite": problems} if problems else {}),
         "engine": {"max_model_len": facts.max_model_len, "block_size": facts.block_size,
                    "kv_blocks": facts.kv_blocks, "kv_source": facts.kv_source,
                    "tool_workers": "--tool-workers" if args.tool_workers else
@@ -246,7 +282,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the host's tool workers (default: the engine's MARS stats, else this host's CPUs)")
     p.add_argument("--kv-blocks", type=positive(int), metavar="N",
                    help="usable KV blocks, where the engine does not publish num_gpu_blocks")
-    p.add_argument("--reps", type=positive(int), default=2, help="probe repetitions (default 2)")
+    p.add_argument("--reps", type=positive(int), default=3,
+                   help="probe repetitions; the fit is made on each probe's median (default 3)")
+    p.add_argument("--max-fit-error", type=positive(float), default=MAX_FIT_ERROR, metavar="E",
+                   help="refuse a fit whose rms relative error over the probe medians is past E, on prefill or "
+                        f"decode (default {MAX_FIT_ERROR:g}, i.e. {MAX_FIT_ERROR * 100:.0f}%%)")
+    p.add_argument("--force", action="store_true",
+                   help="write the profile even if its fit is refused (degenerate, or past --max-fit-error)")
     p.add_argument("--max-new", type=positive(int), default=MAX_PROBE_NEW, metavar="TOKENS",
                    help=f"largest prefill probe (default {MAX_PROBE_NEW}; within the model's max length)")
     p.add_argument("--max-ctx", type=positive(int), default=MAX_PROBE_CTX, metavar="TOKENS",
@@ -270,13 +312,17 @@ def run(args: argparse.Namespace) -> int:
         def total(n: int) -> None:
             bar.total = n
             bar.refresh()
-        facts, plan, samples = asyncio.run(probe(args, total, lambda: bar.update(1)))
+        facts, plan, samples, load = asyncio.run(probe(args, total, lambda: bar.update(1)))
     try:
         costs = samples.fit(facts.block_size)
     except ValueError as e:
         raise ProbeError(str(e)) from None
+    problems = fit_problems(samples, costs, args.max_fit_error)
+    if problems and not args.force:
+        raise FitRefused("; ".join(problems) + f" ({load.describe()}; {plan.reps} rep(s) of each probe). "
+                         f"No profile written: calibrate on an idle host, with more --reps, or pass --force")
     profile = build_profile(args, facts, costs)
-    doc = provenance(args, facts, plan, samples, costs, time.monotonic() - t0)
+    doc = provenance(args, facts, plan, samples, costs, time.monotonic() - t0, load, problems)
     try:
         write_profile(args.out, profile, doc)
     except OSError as e:
@@ -290,6 +336,9 @@ def run(args: argparse.Namespace) -> int:
           f"decode {fit['decode']['rms_rel']:.1%} / {fit['decode']['max_abs_rel']:.1%} over "
           f"{len(samples.prefill) + len(samples.decode)} probes in {doc['wall_s']:.0f} s"
           + (f" ({samples.decode_failed} decode probe(s) lost in noise, not fitted)" if samples.decode_failed else ""))
+    print(f"  fitted on the medians of {plan.reps} rep(s) of each probe; {load.describe()}")
+    for problem in problems:
+        print(f"{PROG}: warning: written with --force although {problem}", file=sys.stderr)
     print(f"wrote {args.out}; use it as `--profile {args.out}`")
     return 0
 
@@ -301,6 +350,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ProbeError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2
+    except FitRefused as e:
+        print(f"{PROG}: error: fit refused: {e}", file=sys.stderr)
+        return 3
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130

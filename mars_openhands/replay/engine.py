@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 
 from mars_openhands.events import Event, by_session
+from mars_openhands.protocol import EVENTS_PATH, SESSION_FIELD, SESSION_HEADER, STATS_PATH, TURN_FIELD, XARGS_FIELD
 
 log = logging.getLogger("vllm.mars_openhands.replay")
 
@@ -121,8 +122,8 @@ class EngineClient:
         body = {"model": self.model, "prompt": prompt, "max_tokens": output_tokens,
                 "min_tokens": output_tokens, "ignore_eos": True, "temperature": 0.0,
                 "stream": True, "stream_options": {"include_usage": True}, "return_token_ids": True,
-                "vllm_xargs": {"session_id": session_id, "turn_index": turn_index}}
-        headers = {"X-Session-ID": session_id}
+                XARGS_FIELD: {SESSION_FIELD: session_id, TURN_FIELD: turn_index}}
+        headers = {SESSION_HEADER: session_id}
         tokens: list[int] = []
         cached: int | None = None
         submitted = time.monotonic()
@@ -159,8 +160,8 @@ class EngineClient:
     async def post_events(self, events: list[Event], session_id: str | None = None) -> None:
         """One POST; `session_id` (all of `events` are that session's) goes in `X-Session-ID`, so a
         router routing by session delivers them to the replica serving the session's calls."""
-        headers = {"X-Session-ID": session_id} if session_id else {}
-        r = await self._http.post("/mars/v1/events", json={"events": [e.to_dict() for e in events]},
+        headers = {SESSION_HEADER: session_id} if session_id else {}
+        r = await self._http.post(EVENTS_PATH, json={"events": [e.to_dict() for e in events]},
                                   headers=headers, timeout=10.0)
         if r.status_code != 200:
             raise EngineError(f"/mars/v1/events: HTTP {r.status_code}: {r.text[:300]}")
@@ -168,7 +169,7 @@ class EngineClient:
     async def stats(self) -> dict[str, Any] | None:
         """`GET /mars/v1/stats`, or None where the server has no MARS plugin (stock vLLM)."""
         try:
-            r = await self._http.get("/mars/v1/stats", timeout=5.0)
+            r = await self._http.get(STATS_PATH, timeout=5.0)
         except httpx.HTTPError:
             return None
         return r.json() if r.status_code == 200 else None

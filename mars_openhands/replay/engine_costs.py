@@ -4,10 +4,15 @@ Slowdown and goodput need each session's latency *alone on a warm, idle engine*.
 rather than guess it: probes on the idle server time a prefill of `n` new tokens after `ctx`
 cached ones (max_tokens=1), batch-1 decode at several context lengths, and decode with k requests
 in the batch (a step: the batch generating 2 L tokens less the batch generating L, over L).
-Least-squares fits (coefficients kept >= 0) give
+Every probe is repeated (`ProbePlan.reps`) and the fit is made on the median time of each probe
+shape, so one probe slowed by the host's other work does not bend it. Least-squares fits
+(coefficients kept >= 0) give
 
     prefill(n, ctx) = a + b n + c n (ctx + n/2)          (attention grows with the context)
     decode step     = d0 + d_seq k + d_ctx sum(ctx)       (k sequences in the batch)
+
+`fit_problems` says why a fit must not be used: degenerate (a prefill or a decode step that costs
+nothing, a coefficient not finite) or too far from its own medians (`FitError`).
 
 The ideal turn = prefill of the tokens a warm cache cannot serve (full blocks only, never the last
 token, as vLLM does) + (output - 1) batch-1 decode steps; the ideal session adds its tool times.
@@ -17,6 +22,8 @@ The same constants are the simulator's step costs (`EngineCosts.as_profile`): `b
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -105,15 +112,99 @@ class Samples:
         else:
             self.decode.append((batch, ctx_sum, step_s))
 
+    def medians(self) -> tuple[list[Point], list[Point]]:
+        """(prefill, decode) points: each probe shape once, with the median of its repeated times."""
+        return _medians(self.prefill), _medians(self.decode)
+
     def fit(self, block_size: int) -> EngineCosts:
-        if len(self.prefill) < 3 or len(self.decode) < 3:
+        prefill, decode = self.medians()
+        if len(prefill) < 3 or len(decode) < 3:
             raise ValueError("calibration: too few probe samples to fit engine costs")
-        p = np.array(self.prefill, dtype=float)
+        p = np.array([(x.size, x.ctx, x.median_s) for x in prefill], dtype=float)
         n, ctx, t = p[:, 0], p[:, 1], p[:, 2]
         a, b, c = nonneg_lstsq(np.stack([np.ones_like(n), n, n * (ctx + n / 2)], axis=1), t)
-        d = np.array(self.decode, dtype=float)
+        d = np.array([(x.size, x.ctx, x.median_s) for x in decode], dtype=float)
         d0, dseq, dctx = nonneg_lstsq(np.stack([np.ones(len(d)), d[:, 0], d[:, 1]], axis=1), d[:, 2])
         return EngineCosts(block_size, float(a), float(b), float(c), float(d0), float(dseq), float(dctx))
+
+
+@dataclass(frozen=True)
+class Point:
+    """One probe shape: (new tokens, cached context) of a prefill or (batch, context sum) of a
+    decode step, with every time measured for it and their median."""
+
+    size: int
+    ctx: int
+    times_s: tuple[float, ...]
+
+    @property
+    def median_s(self) -> float:
+        return float(np.median(self.times_s))
+
+
+def _medians(samples: list[tuple[int, int, float]]) -> list[Point]:
+    times: dict[tuple[int, int], list[float]] = {}
+    for size, ctx, t in samples:
+        times.setdefault((size, ctx), []).append(t)
+    return [Point(size, ctx, tuple(ts)) for (size, ctx), ts in sorted(times.items())]
+
+
+#: Default bound on the fit's rms relative error over the probe medians, prefill and decode each:
+#: past it the fit's predictions are off by more than half on average, and a simulator using them
+#: predicts nothing about this engine.
+MAX_FIT_ERROR = 0.5
+
+
+@dataclass(frozen=True)
+class FitError:
+    """The fit's relative error (predicted / measured - 1) over the probe medians."""
+
+    rms: float
+    worst: float
+
+    @classmethod
+    def of(cls, predicted_measured: list[tuple[float, float]]) -> FitError:
+        errs = np.array([p / t - 1 for p, t in predicted_measured if t > 0])
+        if not len(errs):
+            return cls(0.0, 0.0)
+        return cls(float(np.sqrt(np.mean(errs ** 2))), float(np.max(np.abs(errs))))
+
+
+def fit_errors(samples: Samples, costs: EngineCosts) -> tuple[FitError, FitError]:
+    """(prefill, decode) errors of `costs` against the medians it was fitted on."""
+    prefill, decode = samples.medians()
+    return (FitError.of([(costs.prefill_s(x.size, x.ctx), x.median_s) for x in prefill]),
+            FitError.of([(costs.decode_step_at(x.size, x.ctx), x.median_s) for x in decode]))
+
+
+#: A part of the fit under this share of what the probes measured counts as costing nothing.
+NEGLIGIBLE = 0.01
+
+
+def fit_problems(samples: Samples, costs: EngineCosts, max_error: float = MAX_FIT_ERROR) -> list[str]:
+    """Why the fit must not be used (empty: it may): a coefficient negative or not finite; a prefill
+    that costs nothing per token (b = c = 0: at the largest prefill probed, the per-token terms under
+    `NEGLIGIBLE` of the time); a decode step that costs nothing (d0 = d_seq = 0: a batch of one under
+    `NEGLIGIBLE` of the shortest step measured); an rms error over the probe medians past `max_error`."""
+    problems = []
+    coefs = dataclasses.asdict(costs)
+    del coefs["block_size"]
+    bad = [f"{k} = {v!r}" for k, v in coefs.items() if not math.isfinite(v) or v < 0]
+    if bad:
+        return [f"coefficients negative or not finite: {', '.join(bad)}"]
+    prefill, decode = samples.medians()
+    if prefill:
+        big = max(prefill, key=lambda x: (x.size, x.ctx))
+        per_token = costs.prefill_s(big.size, big.ctx) - costs.prefill_a_s
+        if per_token <= NEGLIGIBLE * big.median_s:
+            problems.append("degenerate fit: prefill costs nothing per token (b = c = 0)")
+    if decode and costs.decode_step_s + costs.decode_per_seq_s <= NEGLIGIBLE * min(x.median_s for x in decode):
+        problems.append("degenerate fit: a decode step costs nothing (d0 = d_seq = 0)")
+    for part, err in zip(("prefill", "decode"), fit_errors(samples, costs)):
+        if err.rms > max_error:
+            problems.append(f"{part} fit error {err.rms:.0%} rms (worst {err.worst:.0%}) over the probe medians "
+                            f"is past the bound of {max_error:.0%}")
+    return problems
 
 
 def _grid(top: int, block: int, points: int) -> list[int]:

@@ -29,6 +29,7 @@ from mars_openhands.cluster.launch import Cluster, ClusterSpec
 from mars_openhands.cluster.router import PROGRAM, ROUTER_POLICIES
 from mars_openhands.cluster.stats import aggregate, fetch
 from mars_openhands.procs import free_port
+from mars_openhands.protocol import STATS_PATH
 
 #: The engines' policy behind the router's program scheduling: stock FCFS.
 PROGRAM_POLICY = "fcfs"
@@ -95,7 +96,7 @@ def sessions_on(url: str, session_ids: list[str], timeout_s: float = 5.0) -> lis
     with httpx.Client(base_url=url.rstrip("/"), timeout=timeout_s) as client:
         for sid in session_ids:
             try:
-                r = client.get("/mars/v1/stats", params={"session": sid})
+                r = client.get(STATS_PATH, params={"session": sid})
             except httpx.HTTPError:
                 return []
             if r.status_code == 200 and r.json().get("history"):

@@ -44,6 +44,12 @@
 - measurements the policy prices with: free/pinned blocks every step, the waiting work's KV
   demand at the control-loop period, an EMA of the prefill-start latency, and the prefill rate
   from each prefill-heavy step's model time (`Policy.observe_prefill`).
+- what the scheduler costs and withholds, for every policy (`fcfs` included: it runs this class
+  too): the host time of `schedule()` plus `update_from_output()` (two `perf_counter` reads each,
+  the idle nap left out) per step that ran the model, and the seconds the engine sat idle while
+  the policy held calls outside it (parked or overflow), on the policy's clock. Both are in
+  `mars_stats()` (`scheduler`, and the `scheduler_seconds` / `held_idle_seconds` counters) and so
+  in `/mars/v1/stats` and as `mars_*` Prometheus metrics.
 
 Under vLLM 0.32's default `scheduler_reserve_full_isl` a waiting prompt is admitted only if it
 fits whole, so chunk shrinking acts on running prefills (and on admission with
@@ -67,7 +73,7 @@ from vllm.v1.request import Request, RequestStatus
 
 from mars_openhands.core import ActiveWindow, EngineShape, Policy, build_policy
 from mars_openhands.core import Request as CoreRequest
-from mars_openhands.events import parse_event
+from mars_openhands.events import TurnFinished, TurnSubmitted, parse_event
 from mars_openhands.vllm.history import SessionHistory
 from mars_openhands.vllm.parking import ParkedSessions
 from mars_openhands.vllm.pins import PinKeeper
@@ -135,6 +141,12 @@ class MarsSchedulerMixin(_SchedulerBase):
         self._next_demand_s = -1.0
         self._exec_started = 0.0                           # perf_counter when a step was handed out
         self._exec_prefill = 0                             # prefill tokens of that step
+        self._schedule_s = 0.0                             # host time in schedule() (no naps)
+        self._update_s = 0.0                               # ... and in update_from_output()
+        self._steps = 0                                    # schedule() calls
+        self._model_steps = 0                              # ... that scheduled tokens
+        self._held_idle_s = 0.0                            # engine idle, calls held (policy clock)
+        self._held_idle_since: float | None = None         # this step's start if it was so
         self._stock_allocate = self.kv_cache_manager.allocate_slots
         self.kv_cache_manager.allocate_slots = self._allocate_slots  # type: ignore[method-assign]  # the wrap
         self.running = VictimList(self.running)
@@ -152,7 +164,7 @@ class MarsSchedulerMixin(_SchedulerBase):
                            cached_tokens=self._expected_hit(request),
                            sessionless=sid == request.request_id, priority=request.priority,
                            arrival_time=request.arrival_time)
-        self.history.add(creq.session_id, now, "turn_submitted", request.request_id,
+        self.history.add(creq.session_id, now, TurnSubmitted.TYPE, request.request_id,
                          creq.turn_index, creq.prompt_tokens)
         park = self.mars.on_request_arrival(creq, now)
         self._table.add(creq, self.mars.resume_pin(creq.session_id))
@@ -267,7 +279,10 @@ class MarsSchedulerMixin(_SchedulerBase):
     # ---- one step -------------------------------------------------------------------------------
 
     def schedule(self, *args: Any, **kwargs: Any) -> SchedulerOutput:
+        t0 = time.perf_counter()
         now = self.clock()
+        if self._held_idle_since is not None:     # the last step left the engine idle, calls held
+            self._held_idle_s += now - self._held_idle_since
         self._sync_kv_state(now)
         self._pins.expire(now)
         self._admit_parked(now)
@@ -285,7 +300,13 @@ class MarsSchedulerMixin(_SchedulerBase):
             if isinstance(self.running, VictimList):
                 self.running.chooser = None
         self._after_step(out, now)
-        if (self._parked or self._window) and not self.running and not self.waiting:
+        held_idle = bool(self._parked or self._window) and not self.running and not self.waiting
+        self._held_idle_since = now if held_idle else None
+        self._steps += 1
+        if out.total_num_scheduled_tokens:
+            self._model_steps += 1
+        self._schedule_s += time.perf_counter() - t0
+        if held_idle:
             time.sleep(self.idle_nap_s)
         return out
 
@@ -502,10 +523,14 @@ class MarsSchedulerMixin(_SchedulerBase):
         self._exec_prefill, self._exec_started = prefill, time.perf_counter()
 
     def update_from_output(self, scheduler_output: SchedulerOutput, model_runner_output: Any):
+        t0 = time.perf_counter()
         if self._exec_prefill >= MIN_PREFILL_SAMPLE:    # the step's model time prices recompute
-            self.mars.observe_prefill(self._exec_prefill, time.perf_counter() - self._exec_started)
+            self.mars.observe_prefill(self._exec_prefill, t0 - self._exec_started)
         self._exec_prefill = 0
-        return super().update_from_output(scheduler_output, model_runner_output)
+        try:
+            return super().update_from_output(scheduler_output, model_runner_output)
+        finally:
+            self._update_s += time.perf_counter() - t0
 
     # ---- finishing calls and pins ---------------------------------------------------------------
 
@@ -523,7 +548,7 @@ class MarsSchedulerMixin(_SchedulerBase):
             self._pins.release(rec.resume_pin, "resume")
         c, now = rec.core, self.clock()
         self._sync(c, request)
-        self.history.add(c.session_id, now, "turn_finished", rid, c.turn_index, c.output_tokens,
+        self.history.add(c.session_id, now, TurnFinished.TYPE, rid, c.turn_index, c.output_tokens,
                          "aborted" if aborted else "finished")
         if not aborted:
             hint = tool_hint_of(request, c.session_id, now)
@@ -588,5 +613,16 @@ class MarsSchedulerMixin(_SchedulerBase):
                        "free_blocks": pool.get_num_free_blocks(),
                        "total_blocks": pool.num_gpu_blocks - 1,
                        "kv_usage": pool.get_usage()},
-            "counters": dict(self.mars_counters),
+            "scheduler": self.scheduler_time(),
+            "counters": {**self.mars_counters, "scheduler_seconds": round(self._schedule_s + self._update_s, 6),
+                         "scheduler_steps": self._model_steps, "held_idle_seconds": round(self._held_idle_s, 6)},
         }
+
+    def scheduler_time(self) -> dict:
+        """Host time the scheduler adds: `schedule()` + `update_from_output()` per step that ran
+        the model (all of it, idle steps' included, spread over those steps), in microseconds."""
+        total = self._schedule_s + self._update_s
+        return {"steps": self._steps, "model_steps": self._model_steps,
+                "schedule_s": round(self._schedule_s, 6), "update_from_output_s": round(self._update_s, 6),
+                "us_per_step": round(1e6 * total / self._model_steps, 2) if self._model_steps else None,
+                "held_idle_s": round(self._held_idle_s, 6)}

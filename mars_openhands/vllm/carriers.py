@@ -1,7 +1,8 @@
 """Where an HTTP request to vLLM names its session, and reading the body of one in an ASGI middleware.
 
-The carriers, in the order the endpoint plugin's middlewares try them (`mars_openhands.vllm.session`
-has the full precedence, as the scheduler sees it):
+The carriers (their names: `mars_openhands.protocol`; what a client should send: docs/protocol.md), in
+the order the endpoint plugin's middlewares try them (`mars_openhands.vllm.session` has the full
+precedence, as the scheduler sees it):
 
 - header `X-Session-ID` (vLLM native; what the other client carriers are folded into),
 - header `x-litellm-session-id` (OpenHands SDK >= 1.34, via litellm),
@@ -16,10 +17,12 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-SESSION_HEADER = b"x-session-id"
-LITELLM_SESSION_HEADER = b"x-litellm-session-id"
-#: The session field of a request body, of its `vllm_xargs` and of vLLM's `SamplingParams.extra_args`.
-SESSION_FIELD = "session_id"
+from mars_openhands import protocol
+from mars_openhands.protocol import PROMPT_CACHE_KEY_FIELD, SESSION_FIELD, XARGS_FIELD
+
+#: The header names as ASGI spells them (lower case bytes).
+SESSION_HEADER = protocol.SESSION_HEADER.lower().encode()
+LITELLM_SESSION_HEADER = protocol.LITELLM_SESSION_HEADER.lower().encode()
 
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 
@@ -46,14 +49,14 @@ def _json_object(body: bytes) -> dict[str, Any]:
 def body_session(body: bytes) -> str:
     """The session a request body names (`session_id`, else `vllm_xargs.session_id`), or ""."""
     data = _json_object(body)
-    xargs = data.get("vllm_xargs")
+    xargs = data.get(XARGS_FIELD)
     return nonempty_str(data, SESSION_FIELD) or (nonempty_str(xargs, SESSION_FIELD) if isinstance(xargs, dict)
                                                  else "")
 
 
 def prompt_cache_key(body: bytes) -> bytes:
     """The body's `prompt_cache_key` (the OpenHands SDK's per-conversation key), b"" when absent."""
-    return nonempty_str(_json_object(body), "prompt_cache_key").encode()
+    return nonempty_str(_json_object(body), PROMPT_CACHE_KEY_FIELD).encode()
 
 
 async def buffer_body(receive: Receive) -> tuple[bytes, Receive]:

@@ -34,6 +34,7 @@ from fastapi.responses import JSONResponse
 from starlette.datastructures import State
 
 from mars_openhands.events import EventError, parse_batch, parse_batch_id
+from mars_openhands.protocol import EVENTS_PATH, STATS_PATH, TOKEN_ENV
 from mars_openhands.vllm.boundaries import ToolCallBoundaryMiddleware
 from mars_openhands.vllm.carriers import (
     LITELLM_SESSION_HEADER,
@@ -44,7 +45,6 @@ from mars_openhands.vllm.carriers import (
 )
 from mars_openhands.vllm.plugin import EVENTS_METHOD, HISTORY_METHOD, STATS_METHOD
 
-TOKEN_ENV = "MARS_EVENTS_TOKEN"
 #: Seconds between refreshes of the `mars_*` Prometheus metrics.
 METRICS_INTERVAL_S = float(os.environ.get("MARS_METRICS_INTERVAL_S", "1.0"))
 _COMPLETION_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/responses")
@@ -151,8 +151,8 @@ class MarsEndpoints:
 
     def attach_router(self, app: FastAPI) -> None:
         router = APIRouter()
-        router.add_api_route("/mars/v1/events", post_events, methods=["POST"])
-        router.add_api_route("/mars/v1/stats", get_stats, methods=["GET"])
+        router.add_api_route(EVENTS_PATH, post_events, methods=["POST"])
+        router.add_api_route(STATS_PATH, get_stats, methods=["GET"])
         app.include_router(router)
         app.add_middleware(ToolCallBoundaryMiddleware)   # inside the next one: sees its X-Session-ID
         app.add_middleware(SessionIdMiddleware)

@@ -9,7 +9,15 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 from typing import Any
 
-from mars_openhands.events import Event, SessionEnded, ToolCancelled, ToolFinished, ToolStarted
+from mars_openhands.events import (
+    Event,
+    SessionEnded,
+    ToolCancelled,
+    ToolFinished,
+    ToolStarted,
+    TurnFinished,
+    TurnSubmitted,
+)
 
 #: Happenings kept per session (oldest dropped first) and sessions kept (least recently active
 #: dropped first) by `SessionHistory`: enough for a long agent run, a few MB at most.
@@ -18,12 +26,12 @@ HISTORY_SESSIONS = 1024
 
 #: The fields of each kind of history entry, in the order `SessionHistory.add` receives them.
 HISTORY_FIELDS: dict[str, tuple[str, ...]] = {
-    "turn_submitted": ("request_id", "turn_index", "prompt_tokens"),
-    "turn_finished": ("request_id", "turn_index", "output_tokens", "status"),
-    "tool_started": ("tool_name", "command", "call_id", "event_t"),
-    "tool_finished": ("tool_name", "duration_s", "exit_status", "call_id", "event_t"),
-    "tool_cancelled": ("tool_name", "call_id", "event_t"),
-    "session_ended": ("reason", "event_t"),
+    TurnSubmitted.TYPE: ("request_id", "turn_index", "prompt_tokens"),
+    TurnFinished.TYPE: ("request_id", "turn_index", "output_tokens", "status"),
+    ToolStarted.TYPE: ("tool_name", "command", "call_id", "event_t"),
+    ToolFinished.TYPE: ("tool_name", "duration_s", "exit_status", "call_id", "event_t"),
+    ToolCancelled.TYPE: ("tool_name", "call_id", "event_t"),
+    SessionEnded.TYPE: ("reason", "event_t"),
     "pin_taken": ("blocks", "ttl_s"),
     "pin_released": ("reason", "blocks", "held_s"),
 }

@@ -24,7 +24,14 @@ from __future__ import annotations
 from typing import Any
 
 from mars_openhands.events import ToolStarted
-from mars_openhands.vllm.carriers import SESSION_FIELD, nonempty_str
+from mars_openhands.protocol import (
+    SESSION_FIELD,
+    TOOL_HINT_COMMAND_FIELD,
+    TOOL_HINT_EXPECTED_FIELD,
+    TOOL_HINT_FIELD,
+    TURN_FIELD,
+)
+from mars_openhands.vllm.carriers import nonempty_str
 
 
 def _extra_args(request: Any) -> dict:
@@ -43,11 +50,11 @@ def session_of(request: Any) -> str:
 def tool_hint_of(request: Any, session_id: str, now: float) -> ToolStarted | None:
     """The tool call the client declared for after this call, if any (malformed hints are ignored)."""
     extra = _extra_args(request)
-    name = extra.get("mars_tool")
+    name = extra.get(TOOL_HINT_FIELD)
     if not isinstance(name, str) or not name:
         return None
-    command = extra.get("mars_tool_command")
-    expected = extra.get("mars_tool_expected_s")
+    command = extra.get(TOOL_HINT_COMMAND_FIELD)
+    expected = extra.get(TOOL_HINT_EXPECTED_FIELD)
     if isinstance(expected, bool) or not isinstance(expected, (int, float)) or not 0 <= expected < float("inf"):
         expected = None
     return ToolStarted(session_id, now, name, command=command if isinstance(command, str) else None,
@@ -55,5 +62,5 @@ def tool_hint_of(request: Any, session_id: str, now: float) -> ToolStarted | Non
 
 
 def turn_index_of(request: Any) -> int:
-    value = _extra_args(request).get("turn_index", 0)
+    value = _extra_args(request).get(TURN_FIELD, 0)
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0

@@ -25,10 +25,11 @@ httpx = pytest.importorskip("httpx")
 psutil = pytest.importorskip("psutil")
 
 from mars_openhands.cli import main as cli_main  # noqa: E402
+from mars_openhands.client.emitter import EventEmitter  # noqa: E402
 from mars_openhands.events import ToolFinished, ToolStarted  # noqa: E402
 from mars_openhands.openhands.config import EmitterConfig  # noqa: E402
-from mars_openhands.openhands.emitter import EventEmitter  # noqa: E402
 from mars_openhands.procs import free_port  # noqa: E402
+from mars_openhands.protocol import SESSION_HEADER  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.engine]
 TINY = Path(__file__).resolve().parents[2] / "models" / "tiny"
@@ -84,7 +85,7 @@ def cluster(tmp_path_factory, request):
 
 def _chat(client, model: str, sid: str, turn: int, timeout: float | None = None) -> httpx.Response:
     extra = {} if timeout is None else {"timeout": timeout}
-    return client.post("/v1/chat/completions", headers={"X-Session-ID": sid},
+    return client.post("/v1/chat/completions", headers={SESSION_HEADER: sid},
                        json={"model": model, "max_tokens": 4, "ignore_eos": True,
                              "messages": [{"role": "user", "content": f"step {turn} of {sid}: run the tests"}],
                              "vllm_xargs": {"session_id": sid, "turn_index": turn}}, **extra)
@@ -104,7 +105,7 @@ def test_an_agent_without_events_gets_inferred_tool_boundaries(cluster):
     tool = {"type": "function", "function": {"name": "terminal", "description": "run a command",
                                              "parameters": {"type": "object", "properties": {}}}}
     for turn in range(2):          # a forced tool call, cut after its first call: finish "tool_calls"
-        r = client.post("/v1/chat/completions", headers={"X-Session-ID": "no-events"},
+        r = client.post("/v1/chat/completions", headers={SESSION_HEADER: "no-events"},
                         json={"model": model, "max_tokens": 400, "tools": [tool], "tool_choice": "required",
                               "stop": ["</tool_call>"], "include_stop_str_in_output": True,
                               "messages": [{"role": "user", "content": f"turn {turn}: run the tests"}]})

@@ -13,12 +13,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from mars_openhands.client.emitter import EventEmitter
 from mars_openhands.cluster.router import RouterError, router_command, router_executable
 from mars_openhands.cluster.stats import aggregate, discover, fetch, format_table
 from mars_openhands.events import SessionEnded, ToolFinished, ToolStarted
 from mars_openhands.openhands.config import EmitterConfig
-from mars_openhands.openhands.emitter import EventEmitter
 from mars_openhands.procs import ChildServer, free_port
+from mars_openhands.protocol import SESSION_HEADER
 
 httpx = pytest.importorskip("httpx")
 try:
@@ -61,7 +62,7 @@ class FakeReplica:
 
             def do_POST(self) -> None:  # noqa: N802
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
-                header = self.headers.get("X-Session-ID")
+                header = self.headers.get(SESSION_HEADER)
                 if self.path == "/mars/v1/events":
                     replica.events += [(e["session_id"], header) for e in body["events"]]
                     return self._reply({"accepted": len(body["events"])})
@@ -107,7 +108,7 @@ def sticky(tmp_path):
 
 
 def _call(client, sid: str) -> None:
-    r = client.post("/v1/chat/completions", headers={"X-Session-ID": sid},
+    r = client.post("/v1/chat/completions", headers={SESSION_HEADER: sid},
                     json={"model": "m", "messages": [], "vllm_xargs": {"session_id": sid}})
     assert r.status_code == 200, r.text
 
@@ -123,7 +124,7 @@ def test_calls_and_events_of_a_session_land_on_one_replica(routed):
     emitter = EventEmitter(EmitterConfig(events_url=router.url + "/mars/v1/events", flush_interval_s=0.05))
     with httpx.Client(base_url=router.url, timeout=10) as client:
         def turn_of(sid: str, turn: int) -> None:
-            r = client.post("/v1/chat/completions", headers={"X-Session-ID": sid},
+            r = client.post("/v1/chat/completions", headers={SESSION_HEADER: sid},
                             json={"model": "m", "messages": [{"role": "user", "content": "hi"}],
                                   "vllm_xargs": {"session_id": sid, "turn_index": turn}})
             assert r.status_code == 200, r.text
@@ -160,7 +161,7 @@ def test_cluster_stats_finds_the_replicas_through_the_router_and_sums_them(route
     router, replicas = routed
     with httpx.Client(base_url=router.url, timeout=10) as client:
         for sid in ("x", "y", "z"):
-            client.post("/v1/chat/completions", headers={"X-Session-ID": sid},
+            client.post("/v1/chat/completions", headers={SESSION_HEADER: sid},
                         json={"model": "m", "messages": [], "vllm_xargs": {"session_id": sid}})
     urls = discover(router.url)
     assert sorted(urls) == sorted(r.url for r in replicas)

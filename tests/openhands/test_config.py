@@ -1,6 +1,9 @@
 """`mars.toml`: a valid file loads; every bad or missing piece is an error naming the key."""
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
 from mars_openhands.openhands.config import ConfigError, load_config
@@ -97,3 +100,32 @@ def test_launcher_bad_config_exits_2_naming_the_key(tmp_path, capsys):
     assert f"{bad}: [agent] max_iterations: must be > 0" in capsys.readouterr().err
     assert main(["--config", str(_write(tmp_path, GOOD)), "-f", str(tmp_path / "missing.md")]) == 2
     assert "--file:" in capsys.readouterr().err
+
+
+def _doc_tables(doc: str) -> dict[str, set[str]]:
+    """docs/config.md's key rows, per `## [table]` section: the first cell of each table row."""
+    tables: dict[str, set[str]] = {}
+    current = None
+    for line in doc.splitlines():
+        m = re.match(r"## `\[(\w+)\]`", line)
+        if m:
+            current = tables.setdefault(m.group(1), set())
+        key = re.match(r"\| `(\w+)` \|", line)
+        if key and current is not None:
+            current.add(key.group(1))
+    return tables
+
+
+def test_every_key_the_loader_accepts_is_on_the_config_page():
+    from mars_openhands.openhands.config import TABLES
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "config.md").read_text()
+    assert _doc_tables(doc) == {table: set(keys) for table, keys in TABLES.items()}
+
+
+def test_the_config_page_example_loads(tmp_path):
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "config.md").read_text()
+    example = doc.split("```toml\n", 1)[1].split("\n```", 1)[0]
+    cfg = load_config(_write(tmp_path, example))
+    assert cfg.llm.max_output_tokens == 4096 and cfg.mars.expected_duration_s == {"terminal": 5.0, "file_editor": 0.2}
+    assert cfg.workspace.persistence_dir == tmp_path / ".openhands" / "conversations"

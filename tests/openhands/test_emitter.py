@@ -10,9 +10,9 @@ import time
 
 import pytest
 
+from mars_openhands.client.emitter import EventEmitter
 from mars_openhands.events import ToolFinished, ToolStarted
 from mars_openhands.openhands.config import EmitterConfig
-from mars_openhands.openhands.emitter import EventEmitter
 
 from .conftest import run_py
 from .doubles import EventsServer
@@ -144,7 +144,7 @@ def test_flush_at_interpreter_exit(tmp_path):
         import sys
         from mars_openhands.events import SessionEnded
         from mars_openhands.openhands.config import EmitterConfig
-        from mars_openhands.openhands.emitter import EventEmitter
+        from mars_openhands.client.emitter import EventEmitter
         em = EventEmitter(EmitterConfig(events_url=sys.argv[1], flush_interval_s=1.0))
         for i in range(3):
             em.emit(SessionEnded(session_id=f"s{i}", t=1.0))

@@ -13,9 +13,10 @@ from typing import Any
 
 import pytest
 
+from mars_openhands.client.emitter import EventEmitter
 from mars_openhands.events import Event, ToolFinished, ToolStarted, parse_batch, parse_batch_id
 from mars_openhands.openhands.config import EmitterConfig
-from mars_openhands.openhands.emitter import IDEMPOTENCY_HEADER, EventEmitter
+from mars_openhands.protocol import IDEMPOTENCY_HEADER
 
 from .doubles import _Server
 

@@ -7,9 +7,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from mars_openhands.client.emitter import EventEmitter, finish_session_url
 from mars_openhands.events import CpuTelemetry, SessionEnded, ToolFinished, ToolStarted, by_session, parse_batch
 from mars_openhands.openhands.config import EmitterConfig
-from mars_openhands.openhands.emitter import EventEmitter, finish_session_url
+from mars_openhands.protocol import SESSION_HEADER
 
 pytestmark = pytest.mark.agent
 
@@ -29,7 +30,7 @@ class _Recorder(BaseHTTPRequestHandler):
             self.send_header("Content-Length", "0")
             self.end_headers()
             return
-        self.posts.append((self.headers.get("X-Session-ID"), parse_batch(json.loads(body))))
+        self.posts.append((self.headers.get(SESSION_HEADER), parse_batch(json.loads(body))))
         self.send_response(200)
         self.send_header("Content-Length", "2")
         self.end_headers()

@@ -33,6 +33,7 @@ class FakeEngine:
     vocab: int = VOCAB
     block: int = BLOCK
     token_delay_s: float = 0.001
+    prefill_delay_s: float = 0.0              # per prompt token the (fake) cache did not serve
     fail_session: str | None = None           # answer this session's requests with HTTP 500
     fail_first: int = 0                       # answer the first N completions with HTTP 500
     events_status: int = 200                  # force an error status on /mars/v1/events
@@ -103,6 +104,8 @@ class FakeEngine:
             out = [(len(prompt) * 31 + j * 7 + prompt[-1]) % self.vocab for j in range(n)]
 
             async def stream():
+                if self.prefill_delay_s:
+                    await asyncio.sleep(self.prefill_delay_s * (len(prompt) - cached))
                 first = {"choices": [{"index": 0, "text": "", "token_ids": [], "prompt_token_ids": prompt}]}
                 yield f"data: {json.dumps(first)}\n\n"
                 for tok in out:

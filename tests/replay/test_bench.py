@@ -9,6 +9,7 @@ import pytest
 
 from mars_openhands.metrics import FIELDS
 from mars_openhands.procs import StartError, descendants, start_time
+from mars_openhands.repeats import RULE
 from mars_openhands.replay import bench
 from mars_openhands.replay import server as server_mod
 from mars_openhands.replay.server import EngineServer
@@ -214,7 +215,9 @@ def test_a_stalled_policy_is_reported_and_the_next_one_still_runs(fake_serve, mo
     trace = {json.loads(line)["session_id"] for line in (out / "trace.jsonl").read_text().splitlines()}
     assert stall["calls"] and {c["session_id"] for c in stall["calls"]} <= trace
     assert summary["held_idle_s"]["thunderagent"] >= 1.0 and summary["held_idle_s"]["fcfs"] == 0.0
+    assert summary["policies"]["fcfs"]["held_idle_share"] == 0.0
     table = (out / "table.md").read_text()
+    assert "held idle s" in table and "held idle %" in table
     assert "| thunderagent (stalled) |" in table and "thunderagent: stalled: engine idle" in table
     printed = capsys.readouterr()
     assert "thunderagent (stalled)" in printed.out and "thunderagent: stalled: engine idle" in printed.err
@@ -229,6 +232,70 @@ def test_comparison_table_gives_the_predicted_speed_up_and_its_error() -> None:
     predicted = {"calibrated": {"fcfs": {"mean_e2e_s": 90.0, "p95_e2e_s": 180.0},
                                 "thunderagent": {"mean_e2e_s": 60.0, "p95_e2e_s": 120.0},
                                 "mars": {"mean_e2e_s": 40.0, "p95_e2e_s": 70.0}}}
-    last = comparison_table(measured, predicted).splitlines()[-1].split()
+    lines = comparison_table(measured, predicted).splitlines()
     # measured 80 / 50 = 1.60x; predicted 60 / 40 = 1.50x, 6 % low
-    assert last == ["x", "best", "(mean)", "1.60x", "1.50x", "-6%"]
+    assert lines[-2].split() == ["x", "best", "(mean)", "1.60x", "1.50x", "-6%"]
+    # p95: measured 150 / 80 = 1.875x; predicted 120 / 70 = 1.714x, 9 % low
+    assert lines[-1].split() == ["x", "best", "(p95)", "1.88x", "1.71x", "-9%"]
+
+
+def test_repeat_rotates_the_order_and_gives_ratios_intervals_and_verdicts(fake_serve, model_dir, tmp_path,
+                                                                         monkeypatch, capsys):
+    """--repeat 2: the engines start in rotated order (after the calibration engine), summary.json
+    keeps every round, the verdict table is printed, and a second simulator engine registered by
+    name predicts too."""
+    from mars_openhands.replay import bench_output
+
+    started: list[str] = []
+
+    class Recording(EngineServer):
+        def start(self, timeout_s: float = 600.0) -> None:
+            started.append(self.policy)
+            super().start(timeout_s)
+
+    monkeypatch.setattr(bench, "EngineServer", Recording)
+    monkeypatch.setitem(bench_output.SIM_ENGINES, "twin", bench_output.SIM_ENGINES["sim"])
+    out = tmp_path / "out"
+    assert bench.main([*SMALL, "--policies", "fcfs,mars", "--repeat", "2", "--model", str(model_dir),
+                       "--out", str(out)]) == 0
+    assert started == ["fcfs", "fcfs", "mars", "mars", "fcfs"]       # calibration, round 1, round 2
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["repeat"] == 2 and [r["order"] for r in summary["rounds"]] == [["fcfs", "mars"], ["mars", "fcfs"]]
+    means = [r["policies"]["fcfs"]["mean_e2e_s"] / r["policies"]["mars"]["mean_e2e_s"] for r in summary["rounds"]]
+    fcfs = summary["verdicts"]["baselines"]["fcfs"]
+    assert fcfs["mean"]["rounds"] == pytest.approx(means, abs=1e-3)
+    assert fcfs["mean"]["low"] <= fcfs["mean"]["median"] <= fcfs["mean"]["high"]
+    assert fcfs["verdict"] in {"ahead", "tie", "behind"} and summary["verdicts"]["reference"] == "mars"
+    for r in summary["rounds"]:
+        assert r["policies"]["mars"]["scheduler_us_per_step"] is None     # the fake is no vLLM adapter
+    assert (out / "server-mars-round2.log").exists() and (out / "stats-fcfs-round1.json").exists()
+    rows = [json.loads(line) for line in (out / "turns.jsonl").read_text().splitlines()]
+    assert {r["round"] for r in rows} == {1, 2}
+    sim = json.loads((out / "simulated.json").read_text())
+    assert set(sim["profiles"]) == {"cpu-small", "cpu-small re-fitted", "cpu-small [twin]",
+                                    "cpu-small re-fitted [twin]"}
+    assert set(summary["verdicts"]["predicted_best_ratio"]) == set(sim["profiles"])
+    printed = capsys.readouterr().out
+    assert "median of 2 rounds" in printed and "median [90% CI] mean" in printed and RULE in printed
+    assert "predicted best baseline / mars, mean / p95, against the measured median" in printed
+    assert "  cpu-small re-fitted [twin]: " in printed
+    assert "held with the engine idle, % of the makespan: measured and predicted" in printed
+    assert all("held_idle_share" in s for p in sim["profiles"].values() for s in p.values())
+    assert _python_children() == []
+
+
+def test_an_unknown_simulator_engine_is_refused(model_dir, tmp_path, capsys):
+    assert bench.main([*SMALL, "--policies", "mars", "--model", str(model_dir), "--sim-engines", "nope",
+                       "--out", str(tmp_path / "o")]) == 2
+    assert "--sim-engines: unknown engine 'nope'; known: sim" in capsys.readouterr().err
+
+
+def test_each_prediction_of_best_over_mars_is_set_against_the_measured_median():
+    from mars_openhands.replay.bench_output import predicted_ratios, prediction_lines
+
+    predicted = {"sim": {"fcfs": {"mean_e2e_s": 30.0, "p95_e2e_s": 60.0}, "mars": {"mean_e2e_s": 20.0,
+                                                                                  "p95_e2e_s": 60.0}}}
+    forecast = predicted_ratios(predicted, "mars")
+    assert forecast == {"sim": {"mean": 1.5, "p95": 1.0}}
+    assert prediction_lines(forecast, 1.2, 1.0) == ["  sim: 1.50x (+25%) / 1.00x (+0%)"]
+    assert prediction_lines({"x": {"mean": None, "p95": 0.9}}, None, None) == ["  x: - / 0.90x"]

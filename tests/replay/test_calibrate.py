@@ -10,12 +10,18 @@ from mars_openhands.replay.engine_costs import EngineCosts, Samples
 from mars_openhands.sim.profile_file import load_profile
 from tests.replay.replay_fake_engine import FakeEngine, ServedFake
 
-FAST = ["--reps", "1", "--max-new", "64", "--max-ctx", "64"]
+#: --force: the fakes' timings are asyncio sleeps at the mercy of this host's load, so whether their
+#: fit passes `fit_problems` depends on the host; these tests are about what is written, and the
+#: refusals are tested on fixed probe data below.
+SMALL = ["--reps", "1", "--max-new", "64", "--max-ctx", "64"]
+FAST = [*SMALL, "--force"]
+#: The fakes' prefill time per uncached prompt token: a prefill that costs nothing is refused.
+PREFILL_S = 0.001
 
 
 @pytest.fixture
 def vllm_like():
-    with ServedFake(FakeEngine(num_gpu_blocks=500, max_model_len=2048)) as engine:
+    with ServedFake(FakeEngine(num_gpu_blocks=500, max_model_len=2048, prefill_delay_s=PREFILL_S)) as engine:
         yield engine
 
 
@@ -51,7 +57,7 @@ def test_given_budgets_and_tool_workers_win(vllm_like, tmp_path):
 
 
 def test_kv_blocks_fall_back_to_the_flag_or_fail_clearly(tmp_path, capsys):
-    with ServedFake(FakeEngine(max_model_len=2048)) as engine:     # no num_gpu_blocks published
+    with ServedFake(FakeEngine(max_model_len=2048, prefill_delay_s=PREFILL_S)) as engine:   # no num_gpu_blocks
         assert calibrate.main(["--url", engine.url, "--out", str(tmp_path / "a.json"), *FAST]) == 2
         assert "pass --kv-blocks N" in capsys.readouterr().err
         assert calibrate.main(["--url", engine.url, "--out", str(tmp_path / "b.json"), "--kv-blocks", "77", *FAST]) == 0
@@ -106,3 +112,58 @@ def test_engines_that_cannot_be_calibrated_get_one_line(engine, argv, message, t
 def test_out_directory_must_exist(vllm_like, tmp_path, capsys):
     assert calibrate.main(["--url", vllm_like.url, "--out", str(tmp_path / "no" / "p.json"), *FAST]) == 2
     assert "--out: directory" in capsys.readouterr().err
+
+
+def _probes_returning(monkeypatch, samples: Samples) -> None:
+    """The engine is learned for real; its probes give `samples` (fake probe data)."""
+    async def fake_calibrate(engine, space, plan, progress=None):
+        return samples
+    monkeypatch.setattr(calibrate, "calibrate", fake_calibrate)
+
+
+FLAT = Samples(prefill=[(n, ctx, 0.02) for n in (16, 32, 64) for ctx in (0, 32, 64)],
+               decode=[(k, k * 100, 0.004 + 0.001 * k) for k in (1, 2, 4, 8)])
+
+
+def test_a_degenerate_fit_is_refused_with_a_clear_line_and_no_profile(vllm_like, tmp_path, capsys, monkeypatch):
+    _probes_returning(monkeypatch, FLAT)
+    out = tmp_path / "p.json"
+    assert calibrate.main(["--url", vllm_like.url, "--out", str(out), *SMALL]) == 3
+    err = capsys.readouterr().err
+    assert "calibrate: error: fit refused: degenerate fit: prefill costs nothing per token (b = c = 0)" in err
+    assert "host load" in err and "No profile written" in err and "--force" in err and "Traceback" not in err
+    assert not out.exists()
+
+
+def test_force_writes_a_refused_fit_and_says_why(vllm_like, tmp_path, capsys, monkeypatch):
+    _probes_returning(monkeypatch, FLAT)
+    out = tmp_path / "p.json"
+    assert calibrate.main(["--url", vllm_like.url, "--out", str(out), *FAST]) == 0
+    prov = json.loads(out.read_text())["provenance"]
+    assert any("b = c = 0" in p for p in prov["forced_despite"])
+    assert "written with --force although degenerate fit" in capsys.readouterr().err
+
+
+def test_a_fit_past_the_error_bound_is_refused(vllm_like, tmp_path, capsys, monkeypatch):
+    costs = EngineCosts(16, 0.01, 1e-3, 1e-7, 0.002, 0.001, 1e-7)
+    scatter = [0.3, 1.0, 2.5]
+    noisy = Samples(prefill=[(n, ctx, costs.prefill_s(n, ctx) * scatter[(n // 16 + ctx) % 3])
+                             for n in (16, 32, 64) for ctx in (0, 32, 64)],
+                    decode=[(k, k * 100, costs.decode_step_at(k, k * 100)) for k in (1, 2, 4, 8)])
+    _probes_returning(monkeypatch, noisy)
+    out = tmp_path / "p.json"
+    assert calibrate.main(["--url", vllm_like.url, "--out", str(out), *SMALL]) == 3
+    assert "prefill fit error" in capsys.readouterr().err and not out.exists()
+    assert calibrate.main(["--url", vllm_like.url, "--out", str(out), "--max-fit-error", "5", *SMALL]) == 0
+
+
+def test_the_profile_records_the_hosts_load_and_the_medians(vllm_like, tmp_path, capsys):
+    out = tmp_path / "p.json"
+    assert calibrate.main(["--url", vllm_like.url, "--out", str(out), "--reps", "2", "--max-new", "64",
+                           "--max-ctx", "64", "--force"]) == 0
+    prov = json.loads(out.read_text())["provenance"]
+    load = prov["host_load"]
+    assert load["cpus"] >= 1 and len(load["loadavg_before"]) == len(load["loadavg_after"]) == 3
+    assert prov["max_fit_error"] == 0.5
+    assert all(len(p["times_s"]) == 2 for p in prov["fit"]["prefill_probes"])
+    assert "fitted on the medians of 2 rep(s)" in capsys.readouterr().out

@@ -32,6 +32,10 @@ def test_bench_engine_on_the_tiny_model(tmp_path, capsys):
         stats = json.loads((out / f"stats-{name}.json").read_text())
         assert stats["counters"]["events"] == summary["events"][name]["sent"]   # every event reached the engine
         assert stats["engine"]["running"] == stats["engine"]["waiting"] == 0
+        # the adapter's own accounting, for plain FCFS too: its time per model step, the held-idle time
+        assert stats["scheduler"]["model_steps"] > 0 and s["scheduler_us_per_step"] > 0
+        assert s["held_idle_s"] == pytest.approx(stats["scheduler"]["held_idle_s"], abs=1e-3)
+        assert s["held_idle_share"] is not None
     rows = [json.loads(line) for line in (out / "turns.jsonl").read_text().splitlines()]
     later = [r for r in rows if r["turn"] > 0]
     # a follow-up turn is served from the prefix cache up to whole blocks of what the session already had

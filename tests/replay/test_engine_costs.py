@@ -1,11 +1,21 @@
 """Engine cost fits and ideal latency: known costs are recovered; warm hits follow vLLM's block rule."""
 import asyncio
+import dataclasses
 
 import numpy as np
 import pytest
 
 from mars_openhands.replay.engine import EngineClient
-from mars_openhands.replay.engine_costs import EngineCosts, ProbePlan, Samples, calibrate, nonneg_lstsq
+from mars_openhands.replay.engine_costs import (
+    MAX_FIT_ERROR,
+    EngineCosts,
+    ProbePlan,
+    Samples,
+    calibrate,
+    fit_errors,
+    fit_problems,
+    nonneg_lstsq,
+)
 from mars_openhands.replay.prompts import TokenSpace, TurnShape
 
 TRUE = EngineCosts(block_size=16, prefill_a_s=0.01, prefill_per_token_s=2e-4, prefill_per_token_ctx_s=1e-8,
@@ -106,3 +116,55 @@ def test_batches_are_probed_after_no_context_and_after_the_longest(fake_engine):
     dl = plan.decode_len
     for k, sums in per_batch.items():    # per sequence and per context token apart
         assert sums == [k * (16 + dl + dl // 2), k * (max(plan.ctx_sizes) + 16 + dl + dl // 2)]
+
+
+def _true_samples(reps: int = 3, noise=None) -> Samples:
+    """Probes of `TRUE` over a plan's shapes, `reps` times each; `noise(rep, i)` multiplies a time."""
+    s = Samples()
+    noise = noise or (lambda rep, i: 1.0)
+    for rep in range(reps):
+        for i, (n, ctx) in enumerate((n, ctx) for n in (16, 128, 512, 1024) for ctx in (0, 256, 2048)):
+            s.prefill.append((n, ctx, TRUE.prefill_s(n, ctx) * noise(rep, i)))
+        for i, (k, ctx) in enumerate((k, ctx) for k in (1, 2, 4, 8) for ctx in (64, 1024)):
+            s.decode.append((k, k * ctx, TRUE.decode_step_at(k, k * ctx) * noise(rep, 100 + i)))
+    return s
+
+
+def test_the_fit_is_made_on_medians_so_one_slowed_probe_per_shape_does_not_bend_it():
+    # each shape: one of its three reps ran 10x slow (the host's other work); a least-squares fit on
+    # every sample would follow them, the fit on the medians does not
+    slowed = _true_samples(noise=lambda rep, i: 10.0 if rep == i % 3 else 1.0)
+    fit = slowed.fit(16)
+    assert fit.prefill_per_token_s == pytest.approx(TRUE.prefill_per_token_s, rel=1e-6)
+    assert fit.decode_step_at(4, 4096) == pytest.approx(TRUE.decode_step_at(4, 4096), rel=1e-6)
+    assert fit_problems(slowed, fit) == []
+    prefill, decode = slowed.medians()
+    assert len(prefill) == 12 and all(len(p.times_s) == 3 for p in prefill) and len(decode) == 8
+
+
+def test_a_prefill_that_costs_nothing_per_token_is_refused():
+    flat = Samples(prefill=[(n, ctx, 0.02) for n in (16, 64, 256) for ctx in (0, 128)],
+                   decode=[(k, k * 100, 0.004 + 0.001 * k) for k in (1, 2, 4, 8)])
+    costs = flat.fit(16)
+    assert costs.prefill_per_token_s == costs.prefill_per_token_ctx_s == 0.0
+    (problem,) = fit_problems(flat, costs)
+    assert "prefill costs nothing per token (b = c = 0)" in problem
+
+
+def test_a_decode_step_that_costs_nothing_and_a_bad_coefficient_are_refused():
+    s = _true_samples(reps=1)
+    free = dataclasses.replace(TRUE, decode_step_s=0.0, decode_per_seq_s=0.0)
+    assert any("decode step costs nothing" in p for p in fit_problems(s, free))
+    nan = dataclasses.replace(TRUE, prefill_a_s=float("nan"))
+    assert any("prefill_a_s = nan" in p for p in fit_problems(s, nan))
+
+
+def test_a_fit_too_far_from_its_medians_is_refused_past_the_bound():
+    rng = np.random.default_rng(1)
+    wild = _true_samples(reps=1, noise=lambda rep, i: float(rng.choice([0.2, 1.0, 3.0])))
+    costs = wild.fit(16)
+    pre, dec = fit_errors(wild, costs)
+    assert max(pre.rms, dec.rms) > MAX_FIT_ERROR
+    problems = fit_problems(wild, costs)
+    assert problems and all("past the bound of 50%" in p for p in problems)
+    assert fit_problems(wild, costs, max_error=100.0) == []

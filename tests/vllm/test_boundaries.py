@@ -11,6 +11,7 @@ pytest.importorskip("fastapi", reason="needs the engine environment")
 
 from mars_openhands.core.boundaries import INFERRED_TOOL  # noqa: E402
 from mars_openhands.events import parse_event  # noqa: E402
+from mars_openhands.protocol import SESSION_HEADER  # noqa: E402
 from mars_openhands.vllm.boundaries import ToolCallBoundaryMiddleware  # noqa: E402
 from mars_openhands.vllm.carriers import body_session  # noqa: E402
 from mars_openhands.vllm.plugin import EVENTS_METHOD  # noqa: E402
@@ -72,7 +73,7 @@ JSON_TOOL_CALLS = json.dumps({"choices": [{"finish_reason": "tool_calls", "messa
 
 
 def test_a_json_reply_with_tool_calls_starts_an_inferred_tool_for_the_header_session():
-    calls, got = serve(app_replying([JSON_TOOL_CALLS]), {"messages": []}, {"X-Session-ID": "conv-1"})
+    calls, got = serve(app_replying([JSON_TOOL_CALLS]), {"messages": []}, {SESSION_HEADER: "conv-1"})
     assert _inferred(calls) == ["conv-1"] and got == JSON_TOOL_CALLS      # the reply is untouched
 
 
@@ -81,7 +82,7 @@ def test_a_streamed_finish_split_across_chunks_is_found():
            b'data: {"choices":[{"delta":{},"finish_rea' + b'son":"tool_calls"}]}\n\ndata: [DONE]\n\n')
     cut = sse.index(b"finish_rea") + 5
     calls, got = serve(app_replying([sse[:cut], sse[cut:]]), {"messages": [], "stream": True},
-                       {"X-Session-ID": "conv-2"})
+                       {SESSION_HEADER: "conv-2"})
     assert _inferred(calls) == ["conv-2"] and got == sse
 
 
@@ -95,11 +96,11 @@ def test_the_body_names_the_session_when_no_header_does_and_reaches_the_app_unch
 
 
 @pytest.mark.parametrize("chunks, status, headers, path", [
-    ([json.dumps({"choices": [{"finish_reason": "stop"}]}).encode()], 200, {"X-Session-ID": "s"},
+    ([json.dumps({"choices": [{"finish_reason": "stop"}]}).encode()], 200, {SESSION_HEADER: "s"},
      "/v1/chat/completions"),
-    ([JSON_TOOL_CALLS], 500, {"X-Session-ID": "s"}, "/v1/chat/completions"),          # failed call
+    ([JSON_TOOL_CALLS], 500, {SESSION_HEADER: "s"}, "/v1/chat/completions"),          # failed call
     ([JSON_TOOL_CALLS], 200, {}, "/v1/chat/completions"),                             # no session
-    ([JSON_TOOL_CALLS], 200, {"X-Session-ID": "s"}, "/v1/completions"),               # not chat
+    ([JSON_TOOL_CALLS], 200, {SESSION_HEADER: "s"}, "/v1/completions"),               # not chat
 ])
 def test_nothing_is_inferred_otherwise(chunks, status, headers, path):
     calls, _ = serve(app_replying(chunks, status), {"messages": []}, headers, path)

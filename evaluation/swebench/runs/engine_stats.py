@@ -16,10 +16,10 @@ from pathlib import Path
 import httpx
 
 from evaluation.swebench.records import JSONDict
+from mars_openhands.protocol import STATS_PATH
 
 log = logging.getLogger("evaluation.swebench.runs.engine_stats")
 
-STATS_PATH = "/mars/v1/stats"
 
 
 class StatsSampler:

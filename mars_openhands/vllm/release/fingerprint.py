@@ -21,8 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from mars_openhands.vllm.release.internals import REQUIRED, CalledFrom, Internal
-
-FINGERPRINTS = Path(__file__).with_name("vllm_fingerprints.json")
+from mars_openhands.vllm.release.version import FINGERPRINTS
 
 _SCHED = "vllm.v1.core.sched.scheduler.Scheduler"
 _ASYNC = "vllm.v1.core.sched.async_scheduler.AsyncScheduler"

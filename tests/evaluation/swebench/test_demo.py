@@ -75,3 +75,54 @@ def test_the_real_demos_default_instances_are_there():
 
     ids = demo.REAL_INSTANCES.read_text().split()
     assert len(ids) == 10 and all("__" in i for i in ids)
+
+
+def test_repeat_alternates_the_policies_and_prints_median_spread_and_verdict(monkeypatch, tmp_path, capsys):
+    import json
+
+    from evaluation.swebench import demo
+    from evaluation.swebench import run as swe_run
+    from mars_openhands import report
+
+    # each run's agents take these seconds (two tasks), by (policy, round)
+    agent_s = {("mars", 1): (10, 20), ("fcfs", 1): (12, 30), ("mars", 2): (11, 22), ("fcfs", 2): (11, 21),
+               ("mars", 3): (9, 18), ("fcfs", 3): (13, 26)}
+    order: list[tuple[str, str]] = []
+
+    def fake_run(argv: list[str]) -> int:
+        policy, out = _value(argv, "--policy"), Path(_value(argv, "--out"))
+        order.append((out.parent.name, policy))
+        out.mkdir(parents=True)
+        (out / "metadata.json").write_text(json.dumps({"policy": policy, "harness": "oracle"}))
+        k = int(out.parent.name.split("-")[1])
+        records = [{"instance_id": f"t{i}", "timings": {"start": 0.0, "end": float(s), "agent_s": float(s)},
+                    "engine_turns": []} for i, s in enumerate(agent_s[(policy, k)])]
+        (out / "output.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+        return 0
+
+    monkeypatch.setattr(swe_run, "main", fake_run)
+    monkeypatch.setattr(report, "main", lambda argv: 0)
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    out = tmp_path / "demo"
+    assert demo.main(["--model", str(model), "--out", str(out), "--repeat", "3"]) == 0
+    assert order == [("round-1", "mars"), ("round-1", "fcfs"), ("round-2", "fcfs"), ("round-2", "mars"),
+                     ("round-3", "mars"), ("round-3", "fcfs")]
+    printed = capsys.readouterr().out
+    assert "over 3 rounds" in printed and "median [90% CI] mean" in printed
+    mars_line = next(line for line in printed.splitlines() if line.startswith("mars "))
+    assert "15.0 (13.5 - 16.5)" in mars_line       # means 15, 16.5, 13.5: median 15, spread 13.5 - 16.5
+    doc = json.loads((out / "repeats.json").read_text())
+    fcfs = doc["verdicts"]["baselines"]["fcfs"]
+    assert fcfs["mean"]["rounds"] == pytest.approx([21 / 15, 16 / 16.5, 19.5 / 13.5], abs=1e-3)
+    assert fcfs["verdict"] in {"ahead", "tie", "behind"} and doc["policies"]["fcfs"]["mean_e2e_s"]["median"] == 19.5
+    assert demo.main(["--model", str(model), "--out", str(tmp_path / "x"), "--repeat", "0"]) == 2
+
+
+def test_make_demo_passes_repeat():
+    import subprocess
+    root = Path(__file__).resolve().parents[3]
+    proc = subprocess.run(["make", "-n", "demo", "REPEAT=4"], cwd=root, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "--repeat 4" in " ".join(proc.stdout.replace("\\\n", " ").split())

@@ -20,8 +20,10 @@ ROOT = Path(__file__).resolve().parents[3]
 FREE = "vllm.v1.core.block_pool.BlockPool.free_blocks"
 
 
-def test_fingerprints_are_exactly_the_verified_releases():
-    assert tuple(FPS) == version.VERIFIED
+def test_the_guard_accepts_exactly_the_fingerprinted_releases():
+    """A release is verified by adding its fingerprint; the guard reads them from that file."""
+    assert version.FINGERPRINTS == fingerprint.FINGERPRINTS
+    assert version.VERIFIED == tuple(FPS) and len(FPS) >= 3
 
 
 @pytest.mark.parametrize("release", list(FPS))
@@ -75,13 +77,14 @@ def test_the_gpu_extra_accepts_exactly_the_verified_releases():
 
 def test_every_verified_release_is_accepted_and_others_refused(monkeypatch):
     monkeypatch.delenv(version.OVERRIDE_ENV, raising=False)
-    for release in version.VERIFIED:
+    for release in FPS:
         monkeypatch.setattr(version, "installed_vllm", lambda r=release: ("vllm", r))
         assert version.check_vllm_version() == ("vllm", release)
     monkeypatch.setattr(version, "installed_vllm", lambda: ("vllm", "0.34.1"))
     with pytest.raises(version.UntestedVllmError,
                        match=r"vllm 0\.34\.1 is not a tested release \(tested: vllm==0\.32\.0, "
-                             r"vllm==0\.33\.0, vllm==0\.34\.0\).*Install vllm==0\.33\.0"):
+                             r"vllm==0\.33\.0, vllm==0\.34\.0\).*Install vllm==0\.33\.0 \(make setup-gpu; "
+                             r"make setup-gpu VLLM=0\.34\.0 for 0\.34\.0\)"):
         version.check_vllm_version()
 
 

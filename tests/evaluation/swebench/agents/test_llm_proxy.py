@@ -8,6 +8,7 @@ import pytest
 
 from evaluation.swebench.agents.llm_proxy import EngineUnavailable, OracleProxy
 from evaluation.swebench.agents.oracle import Oracle, OracleStep, StepKind
+from mars_openhands.protocol import SESSION_HEADER, TURN_HEADER
 
 pytestmark = pytest.mark.agent
 
@@ -26,11 +27,11 @@ def test_turn_is_forwarded_with_tags_and_forced_length(fake_engine):
     with OracleProxy(fake_engine.url) as proxy:
         url = proxy.register("inst-1", Oracle("inst-1", STEPS))
         msgs = [{"role": "system", "content": "sys " * 50}, {"role": "user", "content": "fix it"}]
-        r = _chat(url, msgs, {"X-Session-ID": "sess-9", "X-Turn-Index": "0"},
+        r = _chat(url, msgs, {SESSION_HEADER: "sess-9", TURN_HEADER: "0"},
                   vllm_xargs={"session_id": "sess-9", "turn_index": 0}, reasoning_effort="high")
         assert r.status_code == 200
         headers, body = fake_engine.chats[-1]
-        assert headers["X-Session-ID"] == "sess-9"
+        assert headers[SESSION_HEADER] == "sess-9"
         assert body["vllm_xargs"] == {"session_id": "sess-9", "turn_index": 0}
         assert body["messages"] == msgs and body["tools"] == TOOLS and body["tool_choice"] == "none"
         expected = max(1, len(STEPS[0].text()) // 4)  # the fake engine's tokenizer: 4 chars a token

@@ -29,24 +29,31 @@ import threading
 import time
 import uuid
 from collections import deque
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 from mars_openhands.events import Event, SessionEnded, by_session
-from mars_openhands.openhands.config import EmitterConfig
+from mars_openhands.protocol import EVENTS_PATH, FINISH_SESSION_PATH, IDEMPOTENCY_HEADER, SESSION_HEADER
 
 log = logging.getLogger("mars_openhands.emitter")
 
-#: The header a session-affinity router hashes on (the LLM calls carry it too).
-SESSION_HEADER = "X-Session-ID"
-#: The batch id again, for servers and proxies that deduplicate on the conventional header.
-IDEMPOTENCY_HEADER = "Idempotency-Key"
-#: The events endpoint's path, and vllm-router's endpoint that ends a session's stickiness.
-EVENTS_PATH = "/mars/v1/events"
-FINISH_SESSION_PATH = "/finish_session"
+
+@dataclass(frozen=True)
+class EmitterConfig:
+    """Where boundary events go, how the emitter batches them, and the expected seconds per tool
+    name sent with a tool start that declares none (`[mars]` of `mars.toml`, docs/config.md)."""
+
+    events_url: str | None = None
+    token: str | None = None
+    expected_duration_s: Mapping[str, float] = field(default_factory=dict)
+    batch_max: int = 64
+    flush_interval_s: float = 0.02
+    buffer_size: int = 10_000
+    exit_flush_timeout_s: float = 2.0
 
 
 def finish_session_url(events_url: str) -> str | None:
