@@ -30,16 +30,16 @@ from typing import Generic, Protocol, TypeVar
 
 from tqdm import tqdm
 
-from evaluation.swebench.workspaces import terminal_env
 from evaluation.swebench.agents.agent_runner import AgentOutcome, run_agent
-from evaluation.swebench.runs.engine_stats import StatsSampler
-from evaluation.swebench.workspaces.isolation import TmuxScope
 from evaluation.swebench.agents.llm_proxy import OracleProxy
 from evaluation.swebench.agents.oracle import ORACLE_LABEL, Oracle, plan_trajectory
-from evaluation.swebench.runs.outcomes import INTERRUPTED
-from evaluation.swebench.runs.outputs import RunFiles
 from evaluation.swebench.agents.prompt import render_instruction
 from evaluation.swebench.records import EngineTurn, JSONDict, RunRecord, SweInstance, Timings, TokenUsage
+from evaluation.swebench.runs.engine_stats import StatsSampler
+from evaluation.swebench.runs.outcomes import INTERRUPTED
+from evaluation.swebench.runs.outputs import RunFiles
+from evaluation.swebench.workspaces import terminal_env
+from evaluation.swebench.workspaces.isolation import TmuxScope
 from mars_openhands.openhands.config import MarsConfig
 from mars_openhands.openhands.record import RecordError, record, record_conversation
 from mars_openhands.stopping import stop_on_signals

@@ -102,7 +102,8 @@ def tables(calls: list[tuple[str, float]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m evaluation.swebench.runs.tool_stats", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m evaluation.swebench.runs.tool_stats",
+                                description=__doc__.splitlines()[0])
     p.add_argument("runs", nargs="+", type=Path, help="run directories (each with trace.jsonl)")
     p.add_argument("--retime", type=Path, metavar="TRACE", help="a mars-trace/1 file (e.g. from gen-trace) "
                                                                 "to write again with measured tool durations")

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from evaluation.swebench.runs.outputs import RunFiles, read_jsonl
 from evaluation.swebench.records import RecordError, RunRecord, Timings
+from evaluation.swebench.runs.outputs import RunFiles, read_jsonl
 
 pytestmark = pytest.mark.agent
 
