@@ -4,7 +4,9 @@ from __future__ import annotations
 import pytest
 
 from mars_openhands.core import EngineShape, Policy, PolicyConfig, Request, Session, build_policy
-from mars_openhands.core.admission import AimdAdmission, AimdConfig, LoadBalancer, Pressure
+from mars_openhands.core.admission import AimdAdmission
+from mars_openhands.core.aimd_config import AimdConfig
+from mars_openhands.core.balancer import LoadBalancer, Pressure
 from mars_openhands.core.context import PolicyContext
 from mars_openhands.core.model import CpuState, KVState
 from mars_openhands.events import CpuTelemetry, EngineTelemetry, ToolStarted
