@@ -18,6 +18,8 @@ from mars_openhands.core.model import Session
 
 @dataclass
 class IdleRelease:
+    """The three silences (see the module docstring) and when the next scan is due."""
+
     idle_release_s: float = 30.0
     stale_tool_s: float = 3600.0
     forget_after_s: float = 3600.0
