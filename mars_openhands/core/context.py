@@ -5,6 +5,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from mars_openhands.core.model import CpuState, KVState, Pin, Session
+from mars_openhands.core.slots import AdmittedSlots
 
 
 class PinTable:
@@ -55,8 +56,8 @@ class PolicyContext:
     now: float = 0.0
     sessions: dict[str, Session] = field(default_factory=dict)
     pins: PinTable = field(default_factory=PinTable)
-    #: Admitted sessions that have not ended (kept by `Policy`, read by admission).
-    admitted_active: int = 0
+    #: The admission window's slots (`Session.holds_slot` and their count; see `slots.py`).
+    slots: AdmittedSlots = field(default_factory=AdmittedSlots)
     #: Measured prefill throughput (tokens/s), an EMA the engine feeds through
     #: `Policy.observe_prefill`; prices recomputation in retention rules.
     prefill_tps: float = 5000.0
@@ -69,3 +70,8 @@ class PolicyContext:
     #: from arrivals: the new prompt minus the last call's prompt + output; condensation
     #: counts as 0); admission predicts each session's next footprint with it.
     turn_growth_tokens: float = 0.0
+
+    @property
+    def admitted_active(self) -> int:
+        """Admitted sessions holding a window slot (read by admission rules and telemetry)."""
+        return self.slots.count

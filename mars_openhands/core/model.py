@@ -83,7 +83,7 @@ class Session:
     context_tokens: int = 0        # prompt + output of the last finished call
     admitted: bool = False
     admitted_s: float | None = None
-    holds_slot: bool = False       # counted in the admission window (see `Policy.release_idle`)
+    holds_slot: bool = False       # counted in the admission window (set by `slots.AdmittedSlots` only)
     ended: bool = False
     in_tool: ToolStarted | None = None   # the running tool call, if a tool-started event arrived
     last_turn_finished_s: float | None = None

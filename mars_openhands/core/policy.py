@@ -28,13 +28,19 @@ in the same order, and never reach into its strategies or context, so a rule is 
 from __future__ import annotations
 
 import math
-from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
 
 from mars_openhands.core.boundaries import BoundaryInference, HeldEvents, is_inferred
 from mars_openhands.core.context import PolicyContext
+from mars_openhands.core.idle import IdleRelease
+from mars_openhands.core.measures import (
+    PREFILL_RATE_EMA,
+    PrefillStartLatency,
+    observe_prefill_rate,
+    observe_turn_growth,
+)
 from mars_openhands.core.model import Pin, PinOffer, Request, Session
 from mars_openhands.core.ordering import vllm_priority_key
 from mars_openhands.core.strategies import (
@@ -47,6 +53,7 @@ from mars_openhands.core.strategies import (
     StatValue,
     VictimSelector,
 )
+from mars_openhands.core.tool_plane import ToolPlaneCount
 from mars_openhands.core.victim import NewestVictim
 from mars_openhands.events import (
     CpuTelemetry,
@@ -58,16 +65,6 @@ from mars_openhands.events import (
     ToolFinished,
     ToolStarted,
 )
-
-#: EMA weight of the prefill-start latency (queueing inside the engine), fed by `observe_prefill_start`.
-PREFILL_START_EMA = 0.2
-
-
-#: EMA weight of the per-turn context growth (as for the other EMAs of the information stream).
-GROWTH_EMA = 0.2
-
-#: EMA weight of the measured prefill rate (tokens/s) an engine feeds `Policy.observe_prefill`.
-PREFILL_RATE_EMA = 0.2
 
 
 @dataclass(slots=True)
@@ -87,28 +84,17 @@ class Policy:
     ctx: PolicyContext
     #: Upper bound on pinned KV as a fraction of all blocks.
     max_pinned_fraction: float = 0.5
-    #: An admitted session with no call in the engine and no tool known to run gives its window
-    #: slot back after this long, so admission degrades safely when boundary events stop arriving
-    #: (no session_ended ever comes); its next call is still never parked. A tool known to run
-    #: keeps the slot up to `stale_tool_s`, unless the session roams (its calls skip turn indices
-    #: here, so they and its events also go to other replicas: the tool's end may be reported
-    #: elsewhere); a session silent for `forget_after_s` is forgotten.
-    idle_release_s: float = 30.0
-    stale_tool_s: float = 3600.0
-    forget_after_s: float = 3600.0
+    #: Silent sessions give their window slot back, long-silent ones are forgotten (`core.idle`).
+    idle: IdleRelease = field(default_factory=IdleRelease)
     #: Tool boundaries inferred for sessions that send no events, and tool events held for sessions
     #: not seen yet (replicas behind a router; `core.boundaries`).
     boundaries: BoundaryInference = field(default_factory=BoundaryInference)
     held: HeldEvents = field(default_factory=HeldEvents)
-    #: Tools each session has counted on the tool plane: a finish without its start here (the start
-    #: went to another replica) changes nothing, and a session forgotten or ended takes its own out.
-    _tools: Counter[str] = field(default_factory=Counter, repr=False)
+    #: Tools each session has counted on the tool plane (`core.tool_plane`).
+    tools: ToolPlaneCount = field(default_factory=ToolPlaneCount, repr=False)
     _next_tick: float = field(default=-math.inf, repr=False)
-    _next_idle_scan: float = field(default=-math.inf, repr=False)
-    #: EMA of the prefill-start latency (`observe_prefill_start`); None until a first call starts.
-    #: `observe_kv` publishes it, so the control plane reads it as of the top of the step, like
-    #: the rest of the GPU plane, in both engines.
-    _prefill_start_ema: float | None = field(default=None, repr=False)
+    #: Published by `observe_kv` (`core.measures`).
+    prefill_start: PrefillStartLatency = field(default_factory=PrefillStartLatency, repr=False)
 
     # ---- arrivals and admission --------------------------------------------------------------
 
@@ -133,8 +119,7 @@ class Policy:
         if inferred is not None:
             self.retention.observe(inferred, ctx)
         if s.turns_finished:
-            growth = max(0, req.prompt_tokens - s.context_tokens)
-            ctx.turn_growth_tokens += GROWTH_EMA * (growth - ctx.turn_growth_tokens)
+            observe_turn_growth(ctx, s, req.prompt_tokens)
         s.turns += 1
         s.prompt_tokens = req.prompt_tokens
         s.in_tool = None
@@ -142,26 +127,20 @@ class Policy:
         if self.admission is not None:
             self.admission.on_arrival(req, ctx)
         if not s.admitted and (self.admission is None or moved_here):
-            self._mark_admitted(s, now)
+            ctx.slots.admit(s, now)
             if moved_here and self.admission is not None:
                 self.admission.rejoin(s, ctx)
         elif s.admitted and self.admission is not None and self.admission.hold(s, ctx):
-            self._withdraw(s)                      # paused: this call waits for re-admission
+            ctx.slots.withdraw(s)                  # paused: this call waits for re-admission
         elif s.admitted and not s.holds_slot:      # back after an idle release: count it again
-            s.holds_slot = True
-            ctx.admitted_active += 1
+            ctx.slots.take(s)
             if self.admission is not None:
                 self.admission.rejoin(s, ctx)
         return not s.admitted
 
     def resume_pin(self, session_id: str) -> Pin | None:
         """The pin to release now that the session's next call is in the engine, if any."""
-        if self.retention.release_on_resume:
-            return self.ctx.pins.pop(session_id)
-        pin = self.ctx.pins.get(session_id)
-        if pin is not None:
-            pin.expires_s = math.inf     # held until that call finishes (`on_request_finished`)
-        return None
+        return self.retention.resumed(session_id, self.ctx)
 
     @property
     def max_active(self) -> int | None:
@@ -202,46 +181,21 @@ class Policy:
             chosen = list(backlog)
         else:
             if now >= self._next_tick:
-                if now >= self._next_idle_scan:
+                if self.idle.due(now):
                     self.release_idle(now)
-                    self._next_idle_scan = now + 1.0
                 self.admission.tick(self.ctx)
                 self._next_tick = now + self.admission.interval_s
             chosen = self.admission.select(backlog, self.ctx) if backlog else []
         for s in chosen:
-            self._mark_admitted(s, now)
+            self.ctx.slots.admit(s, now)
         return chosen
 
-    def _withdraw(self, s: Session) -> None:
-        """Un-admit a paused session: its window slot goes back, its next call is parked."""
-        s.admitted = False
-        if s.holds_slot:
-            s.holds_slot = False
-            self.ctx.admitted_active -= 1
-
-    def _mark_admitted(self, s: Session, now: float) -> None:
-        s.admitted, s.admitted_s, s.holds_slot = True, now, True
-        self.ctx.admitted_active += 1
-
     def release_idle(self, now: float) -> list[Session]:
-        """Give back the window slots of silent sessions (see `idle_release_s`); returns them."""
-        ctx, released, forget = self.ctx, [], []
-        for s in ctx.sessions.values():
-            if s.turns != s.turns_finished or s.last_turn_finished_s is None:
-                continue                                   # a call is in the engine or parked
-            idle = now - s.last_turn_finished_s
-            if s.holds_slot and idle >= (self.idle_release_s if s.in_tool is None or s.roaming
-                                         else self.stale_tool_s):
-                s.holds_slot = False
-                ctx.admitted_active -= 1
-                released.append(s)
-            if idle >= self.forget_after_s and ctx.pins.get(s.session_id) is None:
-                forget.append(s.session_id)
-        for sid in forget:
-            s = ctx.sessions.pop(sid)
-            self._uncount_tools(sid)
-            if s.holds_slot:
-                ctx.admitted_active -= 1
+        """Give back the window slots of silent sessions, forget long-silent ones (`core.idle`);
+        returns the sessions released."""
+        released, forgotten = self.idle.scan(self.ctx, now)
+        for sid in forgotten:
+            self.tools.forget(sid, self.ctx.cpu)
         return released
 
     # ---- one engine step ---------------------------------------------------------------------
@@ -258,14 +212,12 @@ class Policy:
             kv.revocable_blocks = revocable_blocks
         if waiting_demand_blocks is not None:
             kv.waiting_demand_blocks = waiting_demand_blocks
-        if self._prefill_start_ema is not None:
-            kv.prefill_start_latency_s = self._prefill_start_ema
+        self.prefill_start.publish(kv)
 
     def observe_prefill_start(self, wait_s: float) -> None:
         """A call got its first prefill chunk `wait_s` after it entered the engine's queues
         (the EMA starts from 0; it reaches the context at the next `observe_kv`)."""
-        ema = self._prefill_start_ema or 0.0
-        self._prefill_start_ema = ema + PREFILL_START_EMA * (wait_s - ema)
+        self.prefill_start.observe(wait_s)
 
     @property
     def pinned_sessions(self) -> int:
@@ -397,8 +349,7 @@ class Policy:
 
     def observe_prefill(self, tokens: int, seconds: float, alpha: float = PREFILL_RATE_EMA) -> None:
         """Feed a measured prefill (tokens computed in `seconds`) into the prefill-rate EMA."""
-        if tokens > 0 and seconds > 0:
-            self.ctx.prefill_tps += alpha * (tokens / seconds - self.ctx.prefill_tps)
+        observe_prefill_rate(self.ctx, tokens, seconds, alpha)
 
     # ---- finishing a call ---------------------------------------------------------------------
 
@@ -425,15 +376,10 @@ class Policy:
         if (self.admission is not None and s.admitted and s.turns == s.turns_finished
                 and self.admission.suspend(s, ctx)):
             # Paused at its turn boundary: the next call waits outside; its KV is not kept for it.
-            self._withdraw(s)
+            ctx.slots.withdraw(s)
             decision.release.extend(self._pop_pin(s.session_id))
             return decision
-        if blocks > 0 and not s.ended and ctx.pins.get(s.session_id) is None:
-            budget = self.max_pinned_fraction * ctx.kv.total_blocks - ctx.pins.total_blocks
-            if blocks <= budget:
-                offer = self.retention.pin_ttl(s, req.context_tokens, blocks, ctx)
-                if offer is not None and offer.ttl_s > 0:
-                    decision.pin = offer
+        decision.pin = self.retention.offer(s, req.context_tokens, blocks, ctx, self.max_pinned_fraction)
         return decision
 
     def record_pin(self, session_id: str, blocks: int, offer: PinOffer, now: float,
@@ -469,18 +415,8 @@ class Policy:
                 return release
             # The tool plane and the learnt tool times take every tool at once; what concerns the
             # session itself waits for the session if this engine has not seen it yet.
-            if isinstance(ev, ToolStarted):
-                ctx.cpu.tools_in_flight += 1
-                self._tools[ev.session_id] += 1
-            elif isinstance(ev, (ToolFinished, ToolCancelled)):
-                counted = self._tools[ev.session_id]
-                if counted:
-                    self._tools[ev.session_id] = counted - 1
-                    if counted == 1:
-                        del self._tools[ev.session_id]
-                    ctx.cpu.tools_in_flight = max(0, ctx.cpu.tools_in_flight - 1)
-                if isinstance(ev, ToolFinished):
-                    ctx.cpu.observe_wait(ev.queue_wait_s)
+            if isinstance(ev, (ToolStarted, ToolFinished, ToolCancelled)):
+                self.tools.observe(ev, ctx.cpu)
             if isinstance(ev, (ToolStarted, ToolFinished, ToolCancelled, SessionEnded)):
                 self.boundaries.real_event(ev)
             s = ctx.sessions.get(ev.session_id)
@@ -495,7 +431,7 @@ class Policy:
         if isinstance(ev, ToolStarted):
             if s is not None:
                 s.in_tool = ev
-                self._reprice_pin(s)
+                self.retention.reprice_held(s, self.ctx)
         elif isinstance(ev, (ToolFinished, ToolCancelled)):
             if s is not None:
                 s.in_tool = None
@@ -519,32 +455,17 @@ class Policy:
         """An inferred tool start (between two calls of a session that sends no events and declared
         no tool): priced and learnt like a real one, never counted on the tool plane."""
         s.in_tool = ev
-        self._reprice_pin(s)
+        self.retention.reprice_held(s, self.ctx)
         self.retention.observe(ev, self.ctx)
-
-    def _uncount_tools(self, session_id: str) -> None:
-        """Take a session's counted tools off the tool plane (it ended or was forgotten here)."""
-        n = self._tools.pop(session_id, 0)
-        if n:
-            self.ctx.cpu.tools_in_flight = max(0, self.ctx.cpu.tools_in_flight - n)
-
-    def _reprice_pin(self, s: Session) -> None:
-        pin = self.ctx.pins.get(s.session_id)
-        if pin is not None:
-            expires = self.retention.reprice(pin, s, self.ctx)
-            if expires is not None:
-                pin.expires_s = expires
 
     def _end_session(self, s: Session) -> list[Pin]:
         """Forget an ended session; its pin, if any, is returned for the engine to release."""
         ctx = self.ctx
         pins = self._pop_pin(s.session_id)
         self.boundaries.forget(s.session_id)
-        self._uncount_tools(s.session_id)
+        self.tools.forget(s.session_id, ctx.cpu)
         self.retention.on_session_ended(s, ctx)
-        if s.holds_slot:
-            s.holds_slot = False
-            ctx.admitted_active -= 1
+        ctx.slots.give_back(s)
         s.ended = True
         ctx.sessions.pop(s.session_id, None)
         return pins

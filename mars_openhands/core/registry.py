@@ -43,7 +43,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from mars_openhands.core.admission import AimdAdmission, AimdConfig, LoadBalancer
+from mars_openhands.core.admission import AimdAdmission
+from mars_openhands.core.aimd_config import AimdConfig
+from mars_openhands.core.balancer import LoadBalancer
 from mars_openhands.core.chunking import NoShrink, ShrinkToRoom
 from mars_openhands.core.context import PolicyContext
 from mars_openhands.core.continuum import ContinuumConfig, DynamicTtlRetention, FixedTtlRetention

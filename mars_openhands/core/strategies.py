@@ -6,6 +6,7 @@ Hooks default to no-ops so a strategy implements only what its rule needs.
 """
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -104,6 +105,36 @@ class Retention(ABC):
     def revocation_order(self, pins: Sequence[Pin], ctx: PolicyContext) -> list[Pin]:
         """Order in which pins are dropped when a request cannot get blocks."""
         return sorted(pins, key=lambda p: (p.value_density, -p.pinned_s))
+
+    def offer(self, session: Session, context_tokens: int, blocks: int, ctx: PolicyContext,
+              max_pinned_fraction: float) -> PinOffer | None:
+        """`pin_ttl` for a session that holds no pin yet, if `blocks` fit the pin budget (at most
+        `max_pinned_fraction` of all blocks pinned) and the TTL is positive."""
+        if blocks > 0 and not session.ended and ctx.pins.get(session.session_id) is None:
+            budget = max_pinned_fraction * ctx.kv.total_blocks - ctx.pins.total_blocks
+            if blocks <= budget:
+                offer = self.pin_ttl(session, context_tokens, blocks, ctx)
+                if offer is not None and offer.ttl_s > 0:
+                    return offer
+        return None
+
+    def resumed(self, session_id: str, ctx: PolicyContext) -> Pin | None:
+        """The session's next call is in the engine: its pin to release now, if any (with
+        `release_on_resume` off the pin is held instead until that call finishes)."""
+        if self.release_on_resume:
+            return ctx.pins.pop(session_id)
+        pin = ctx.pins.get(session_id)
+        if pin is not None:
+            pin.expires_s = math.inf     # held until that call finishes (`Policy.on_request_finished`)
+        return None
+
+    def reprice_held(self, session: Session, ctx: PolicyContext) -> None:
+        """`reprice` the session's pin, if it holds one."""
+        pin = ctx.pins.get(session.session_id)
+        if pin is not None:
+            expires = self.reprice(pin, session, ctx)
+            if expires is not None:
+                pin.expires_s = expires
 
     def observe(self, event: Event, ctx: PolicyContext) -> None:
         """Learn from a boundary event (tool durations, pressure changes...)."""

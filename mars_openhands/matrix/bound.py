@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from mars_openhands.core.admission import AimdAdmission, LoadBalancer, Pressure
+from mars_openhands.core.admission import AimdAdmission
+from mars_openhands.core.balancer import LoadBalancer, Pressure
 from mars_openhands.core.model import Session
 from mars_openhands.core.policy import Policy
 from mars_openhands.core.registry import EngineShape, build_policy

@@ -10,11 +10,12 @@
 - prefill quanta: `_reserve_prefill_lookahead` (the last hook before every allocation, running and
   waiting alike) caps a prefill chunk, a resumed request's recompute of its outputs included, at
   `Policy.chunk_tokens` (not with chunked prefill off: then no prefill is split, nor shrunk).
-- allocation failure: the KV manager's `allocate_slots` is wrapped; on failure it retries with
-  `Policy.shrink` sizes, then revokes pins in `Policy.revocation_order`, then returns None so
-  vLLM's loop preempts. `running.pop()` (the only call vLLM's FCFS path uses to pick a victim) is
-  answered by `Policy.choose_victim` among the requests not yet scheduled this step. A shrunk
-  chunk's token count is corrected in `_update_after_schedule`, before vLLM advances counters.
+- allocation failure: the KV manager's `allocate_slots` is wrapped (`_alloc`,
+  `mars_openhands.vllm.allocation`); on failure it retries with `Policy.shrink` sizes, then
+  revokes pins in `Policy.revocation_order`, then returns None so vLLM's loop preempts.
+  `running.pop()` (the only call vLLM's FCFS path uses to pick a victim) is answered by
+  `Policy.choose_victim` among the requests not yet scheduled this step. A shrunk chunk's token
+  count is corrected in `_update_after_schedule`, before vLLM advances counters.
 - pinning: `_free_blocks` (finish/abort) asks `Policy.on_request_finished`; a pin is one
   `block_pool.touch` of the call's full, hashed, non-null blocks, released by exactly one
   `block_pool.free_blocks` (`mars_openhands.vllm.pins`). The prefix cache itself serves the next
@@ -39,17 +40,13 @@
   `mars_openhands.vllm.plugin`) feeds `Policy.on_event`.
 - history: each session's boundary happenings are kept for inspection
   (`mars_openhands.vllm.history`).
-- recompute: a preempted call's computed tokens that the prefix-cache lookup on its return does
-  not recover are counted in `recomputed_prefill_tokens` (read by `bench-engine`).
-- measurements the policy prices with: free/pinned blocks every step, the waiting work's KV
-  demand at the control-loop period, an EMA of the prefill-start latency, and the prefill rate
-  from each prefill-heavy step's model time (`Policy.observe_prefill`).
-- what the scheduler costs and withholds, for every policy (`fcfs` included: it runs this class
-  too): the host time of `schedule()` plus `update_from_output()` (two `perf_counter` reads each,
-  the idle nap left out) per step that ran the model, and the seconds the engine sat idle while
-  the policy held calls outside it (parked or overflow), on the policy's clock. Both are in
-  `mars_stats()` (`scheduler`, and the `scheduler_seconds` / `held_idle_seconds` counters) and so
-  in `/mars/v1/stats` and as `mars_*` Prometheus metrics.
+- each step's accounting (`_steps`, `mars_openhands.vllm.steps`): the measurements the policy
+  prices with (free/pinned blocks every step, the waiting work's KV demand at the control-loop
+  period, an EMA of the prefill-start latency, the prefill rate from each prefill-heavy step's
+  model time) and the recomputed tokens of preempted calls (`recomputed_prefill_tokens`).
+- what the scheduler costs and withholds, for every policy (`_cost`, `mars_openhands.vllm.cost`):
+  host time per model step and seconds held with the engine idle, in `mars_stats()` and so in
+  `/mars/v1/stats` and the `mars_*` Prometheus metrics.
 
 Under vLLM 0.32's default `scheduler_reserve_full_isl` a waiting prompt is admitted only if it
 fits whole, so chunk shrinking acts on running prefills (and on admission with
@@ -74,23 +71,20 @@ from vllm.v1.request import Request, RequestStatus
 from mars_openhands.core import ActiveWindow, EngineShape, Policy, build_policy
 from mars_openhands.core import Request as CoreRequest
 from mars_openhands.events import TurnFinished, TurnSubmitted, parse_event
+from mars_openhands.vllm.allocation import ChunkAllocation
+from mars_openhands.vllm.cost import SchedulerCost
 from mars_openhands.vllm.history import SessionHistory
 from mars_openhands.vllm.parking import ParkedSessions
 from mars_openhands.vllm.pins import PinKeeper
-from mars_openhands.vllm.queue_views import CoreView, VictimList
+from mars_openhands.vllm.queue_views import VictimList
 from mars_openhands.vllm.release.internals import check_scheduler_internals
 from mars_openhands.vllm.request_table import RequestTable
 from mars_openhands.vllm.session import session_of, tool_hint_of, turn_index_of
+from mars_openhands.vllm.steps import StepAccounting
 
 #: Finishes that end a turn normally (anything else - abort, error - pins nothing).
 _COMPLETED = (RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH_CAPPED,
               RequestStatus.FINISHED_REPETITION)
-
-#: Seconds between recomputations of the waiting work's KV demand (the control-loop period).
-DEMAND_REFRESH_S = 0.2
-
-#: Fewest prefill tokens in a step for its model time to count as a prefill-rate sample.
-MIN_PREFILL_SAMPLE = 256
 
 #: Seconds the engine loop naps when only parked requests exist (vLLM would spin at 1 ms).
 PARKED_IDLE_S = 0.01
@@ -136,19 +130,10 @@ class MarsSchedulerMixin(_SchedulerBase):
         self._window: ActiveWindow[Request] = ActiveWindow(lambda: self.mars.max_active)
         self._pins = PinKeeper(self.mars, self.kv_cache_manager, self.mars_counters,
                                clock=lambda: self.clock(), history=lambda: self.history)
-        self._shrunk: dict[str, int] = {}                 # this step: request id -> tokens allocated
-        self._alloc_req: Request | None = None            # request being allocated this step
-        self._next_demand_s = -1.0
-        self._exec_started = 0.0                           # perf_counter when a step was handed out
-        self._exec_prefill = 0                             # prefill tokens of that step
-        self._schedule_s = 0.0                             # host time in schedule() (no naps)
-        self._update_s = 0.0                               # ... and in update_from_output()
-        self._steps = 0                                    # schedule() calls
-        self._model_steps = 0                              # ... that scheduled tokens
-        self._held_idle_s = 0.0                            # engine idle, calls held (policy clock)
-        self._held_idle_since: float | None = None         # this step's start if it was so
-        self._stock_allocate = self.kv_cache_manager.allocate_slots
-        self.kv_cache_manager.allocate_slots = self._allocate_slots  # type: ignore[method-assign]  # the wrap
+        self._steps = StepAccounting(self._table, self._pins, self.mars_counters)
+        self._alloc = ChunkAllocation(self.kv_cache_manager, lambda: self.mars, self._pins, self.mars_counters,
+                                      self.scheduler_config, self.cache_config)
+        self._cost = SchedulerCost()
         self.running = VictimList(self.running)
 
     # ---- arrivals, admission, aborts ----------------------------------------------------------
@@ -281,14 +266,13 @@ class MarsSchedulerMixin(_SchedulerBase):
     def schedule(self, *args: Any, **kwargs: Any) -> SchedulerOutput:
         t0 = time.perf_counter()
         now = self.clock()
-        if self._held_idle_since is not None:     # the last step left the engine idle, calls held
-            self._held_idle_s += now - self._held_idle_since
+        self._cost.step_started(now)
         self._sync_kv_state(now)
         self._pins.expire(now)
         self._admit_parked(now)
         self._fill_active()
         self._order(now)
-        self._shrunk.clear()
+        self._alloc.new_step()
         assert isinstance(self.running, VictimList)    # installed by _order
         self.running.chooser = self._choose_victim
         self._in_schedule = True
@@ -296,29 +280,18 @@ class MarsSchedulerMixin(_SchedulerBase):
             out = super().schedule(*args, **kwargs)
         finally:
             self._in_schedule = False
-            self._alloc_req = None
+            self._alloc.current = None
             if isinstance(self.running, VictimList):
                 self.running.chooser = None
         self._after_step(out, now)
         held_idle = bool(self._parked or self._window) and not self.running and not self.waiting
-        self._held_idle_since = now if held_idle else None
-        self._steps += 1
-        if out.total_num_scheduled_tokens:
-            self._model_steps += 1
-        self._schedule_s += time.perf_counter() - t0
+        self._cost.step_ended(now, t0, out.total_num_scheduled_tokens, held_idle)
         if held_idle:
             time.sleep(self.idle_nap_s)
         return out
 
     def _sync_kv_state(self, now: float) -> None:
-        demand = revocable = None
-        if now >= self._next_demand_s:      # O(waiting + pinned): refreshed at the control-loop period
-            self._next_demand_s = now + DEMAND_REFRESH_S
-            pending = sum(r.num_tokens - r.num_computed_tokens for r in self.waiting)
-            demand = -(-pending // self.block_size)
-            revocable = self._pins.revocable_blocks(self._table.resume_pins())
-        self.mars.observe_kv(self.kv_cache_manager.block_pool.get_num_free_blocks(), demand,
-                             revocable_blocks=revocable)
+        self._steps.sync_kv_state(self.mars, now, self.kv_cache_manager.block_pool, self.waiting, self.block_size)
 
     def _order(self, now: float) -> None:
         if self._native_order():
@@ -384,70 +357,9 @@ class MarsSchedulerMixin(_SchedulerBase):
             self.mars_counters["quantum_capped_chunks"] += 1
         return max(1, capped)
 
-    def _allocate_slots(self, request: Request, num_new_tokens: int, *args: Any,
-                        num_lookahead_tokens: int = 0, **kwargs: Any):
-        """vLLM's allocation, then the policy's fallbacks: smaller chunks, then revoked pins.
-
-        This runs for every request at every step: the common call (vLLM's running loop passes
-        only the lookahead) is forwarded without packing arguments it does not have."""
-        if args or kwargs:
-            if len(args) < 3:                   # (else it came by position, in `args`)
-                kwargs["num_lookahead_tokens"] = num_lookahead_tokens
-            blocks = self._stock_allocate(request, num_new_tokens, *args, **kwargs)
-        else:
-            blocks = self._stock_allocate(request, num_new_tokens, num_lookahead_tokens=num_lookahead_tokens)
-        if blocks is not None:                  # the common case: nothing to decide
-            if self._shrunk:
-                self._shrunk.pop(request.request_id, None)
-            return blocks
-        self._alloc_req = request               # (the victim is chosen from this request on)
-        if len(args) < 3:
-            kwargs["num_lookahead_tokens"] = num_lookahead_tokens
-        # A decode (its draft or padding rows included) is never split: vLLM schedules it whole;
-        # nor is a prefill when chunked prefill is off.
-        known = (request.num_tokens - request.num_computed_tokens
-                 - kwargs.get("num_new_computed_tokens", 0) - kwargs.get("num_external_computed_tokens", 0))
-        splittable = known > 1 and self.scheduler_config.enable_chunked_prefill
-        blocks = self._try_sizes(request, num_new_tokens, args, kwargs, tried=True) if splittable else None
-        if blocks is None:
-            for _ in self._pins.revoke():
-                blocks = (self._try_sizes(request, num_new_tokens, args, kwargs) if splittable
-                          else self._stock_allocate(request, num_new_tokens, *args, **kwargs))
-                if blocks is not None:
-                    break
-        return blocks
-
-    def _try_sizes(self, request: Request, n: int, args: tuple, kwargs: dict, tried: bool = False):
-        rid = request.request_id
-        self._shrunk.pop(rid, None)
-        blocks = None if tried else self._stock_allocate(request, n, *args, **kwargs)
-        size, room = n, self._room_tokens(request, kwargs)
-        while blocks is None:
-            smaller = self.mars.shrink(size, room)
-            if smaller is None or smaller >= size or smaller <= 0:
-                return None
-            size = smaller
-            blocks = self._stock_allocate(request, size, *args, **kwargs)
-        if size < n:
-            self._shrunk[rid] = size
-            self.mars_counters["chunks_shrunk"] += 1
-        return blocks
-
-    def _room_tokens(self, request: Request, kwargs: dict) -> int:
-        """An estimate of the most new tokens `request` can get blocks for now: its own blocks
-        and the free ones, less its computed, prefix-hit and lookahead tokens. vLLM's own count
-        differs where cached blocks it reuses sit in the free queue; an estimate that proves too
-        high only makes the policy fall back to halving."""
-        bs = self.cache_config.block_size
-        own = self._num_blocks(request.request_id)
-        free = self.kv_cache_manager.block_pool.get_num_free_blocks()
-        used = (request.num_computed_tokens + kwargs.get("num_new_computed_tokens", 0)
-                + kwargs.get("num_external_computed_tokens", 0) + kwargs.get("num_lookahead_tokens", 0))
-        return (own + free) * bs - used
-
     def _choose_victim(self, running: VictimList) -> Request | None:
         """Victim among the running requests not yet scheduled this step (from the current one on)."""
-        current = self._alloc_req
+        current = self._alloc.current
         start = next((i for i, r in enumerate(running) if r is current), 0)
         pool = running[start:]
         if not pool:
@@ -475,62 +387,23 @@ class MarsSchedulerMixin(_SchedulerBase):
 
     def _sync_blocks(self, c: CoreRequest) -> CoreRequest:
         self._sync(c)
-        c.kv_blocks = self._num_blocks(c.request_id)
+        c.kv_blocks = self._alloc.num_blocks(c.request_id)
         return c
 
-    def _num_blocks(self, rid: str) -> int:
-        return sum(len(m.req_to_blocks.get(rid, ())) for m in self.kv_cache_manager.coordinator.single_type_managers)
-
     def _update_after_schedule(self, scheduler_output: SchedulerOutput) -> None:
-        counts = scheduler_output.num_scheduled_tokens
-        for rid, size in self._shrunk.items():
-            if rid in counts and size < counts[rid]:
-                scheduler_output.total_num_scheduled_tokens -= counts[rid] - size
-                counts[rid] = size
+        self._alloc.correct(scheduler_output)
         super()._update_after_schedule(scheduler_output)
 
     def _after_step(self, out: SchedulerOutput, now: float) -> None:
-        records, requests = self._table.records, self.requests
-        spec = out.scheduled_spec_decode_tokens
-        scheduled, prefill = [], 0
-        for rid, n in out.num_scheduled_tokens.items():
-            rec = records.get(rid)
-            if rec is None:
-                continue
-            c = rec.core
-            scheduled.append((c, n))
-            if (n == 1 and c.started and c.computed_tokens >= c.prompt_tokens and rec.resume_pin is None
-                    and rec.lost_on_preempt is None):
-                continue            # a decode whose view is as synced at its last step (the hot path)
-            r = requests[rid]
-            computed, prompt = r.num_computed_tokens, r.num_prompt_tokens
-            c.computed_tokens = computed if computed < prompt else prompt
-            if n > 1:          # draft and padding rows of a decode are not prefill
-                known = n - len(spec[rid]) if spec and rid in spec else n
-                if known > 1:
-                    prefill += known
-            if not c.started:           # queueing delay inside the engine ends here
-                enqueued, rec.enqueued_s = rec.enqueued_s, None
-                self.mars.observe_prefill_start(now - (now if enqueued is None else enqueued))
-            if rec.resume_pin is not None:    # its prefix lookup is done: it holds the blocks now
-                pin, rec.resume_pin = rec.resume_pin, None
-                self._pins.release(pin, "resume")
-            if rec.lost_on_preempt is not None:   # back after preemption: what the cache lost
-                hit = r.num_computed_tokens - n
-                self.mars_counters["recomputed_prefill_tokens"] += max(0, rec.lost_on_preempt - hit)
-                rec.lost_on_preempt = None
-        self.mars.on_step(scheduled, CoreView(self.waiting, records), now)
-        self._exec_prefill, self._exec_started = prefill, time.perf_counter()
+        self._steps.after_step(self.mars, out, self.requests, self.waiting, now)
 
     def update_from_output(self, scheduler_output: SchedulerOutput, model_runner_output: Any):
         t0 = time.perf_counter()
-        if self._exec_prefill >= MIN_PREFILL_SAMPLE:    # the step's model time prices recompute
-            self.mars.observe_prefill(self._exec_prefill, t0 - self._exec_started)
-        self._exec_prefill = 0
+        self._steps.model_time(self.mars)
         try:
             return super().update_from_output(scheduler_output, model_runner_output)
         finally:
-            self._update_s += time.perf_counter() - t0
+            self._cost.update_s += time.perf_counter() - t0
 
     # ---- finishing calls and pins ---------------------------------------------------------------
 
@@ -613,16 +486,6 @@ class MarsSchedulerMixin(_SchedulerBase):
                        "free_blocks": pool.get_num_free_blocks(),
                        "total_blocks": pool.num_gpu_blocks - 1,
                        "kv_usage": pool.get_usage()},
-            "scheduler": self.scheduler_time(),
-            "counters": {**self.mars_counters, "scheduler_seconds": round(self._schedule_s + self._update_s, 6),
-                         "scheduler_steps": self._model_steps, "held_idle_seconds": round(self._held_idle_s, 6)},
+            "scheduler": self._cost.stats(),
+            "counters": {**self.mars_counters, **self._cost.counters()},
         }
-
-    def scheduler_time(self) -> dict:
-        """Host time the scheduler adds: `schedule()` + `update_from_output()` per step that ran
-        the model (all of it, idle steps' included, spread over those steps), in microseconds."""
-        total = self._schedule_s + self._update_s
-        return {"steps": self._steps, "model_steps": self._model_steps,
-                "schedule_s": round(self._schedule_s, 6), "update_from_output_s": round(self._update_s, 6),
-                "us_per_step": round(1e6 * total / self._model_steps, 2) if self._model_steps else None,
-                "held_idle_s": round(self._held_idle_s, 6)}

@@ -4,7 +4,9 @@ from __future__ import annotations
 import pytest
 
 from mars_openhands.core import EngineShape, Policy, PolicyConfig, Request, Session, build_policy
-from mars_openhands.core.admission import AimdAdmission, AimdConfig, LoadBalancer, Pressure
+from mars_openhands.core.admission import AimdAdmission
+from mars_openhands.core.aimd_config import AimdConfig
+from mars_openhands.core.balancer import LoadBalancer, Pressure
 from mars_openhands.core.context import PolicyContext
 from mars_openhands.core.model import CpuState, KVState
 from mars_openhands.events import CpuTelemetry, EngineTelemetry, ToolStarted
@@ -215,7 +217,6 @@ def test_cpu_overload_admits_largest_first_otherwise_smallest_first():
 
 def test_every_admission_must_fit_the_kv_budget():
     lb, ctx = LoadBalancer(), ctx_with()
-    ctx.admitted_active = 1
     backlog = sessions(16_000, 3200, 1600)                  # 1000, 200, 100 blocks
     assert ids(lb.select(backlog, 3, Pressure(budget_blocks=250), ctx)) == ["s2"]
     assert ids(lb.select(backlog, 3, Pressure(budget_blocks=0), ctx)) == []
@@ -232,7 +233,6 @@ def test_long_sessions_wait_for_short_ones_kv_health_and_the_in_flight_cap():
     # the short one waited only 0.1 s (< 0.2): long sessions may go, at most 2 in flight
     assert ids(lb.select(backlog, 4, ok, ctx)) == ["short", "long1", "long2"]
     assert lb.long_in_flight(ctx) == 2
-    ctx.admitted_active = 3
     assert ids(lb.select(backlog[3:], 4, ok, ctx)) == []        # cap reached
     del ctx.sessions["long1"]                                    # that session ended
     assert ids(lb.select(backlog[3:], 4, Pressure(kv_overloaded=True, budget_blocks=90_000), ctx)) == []

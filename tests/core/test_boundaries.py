@@ -148,7 +148,7 @@ def test_a_tool_whose_session_moved_leaves_the_tool_planes_when_the_session_is_f
     new.on_event(ToolFinished("mover", 5.0, "terminal", 4.0))      # its start was counted elsewhere
     assert new.ctx.cpu.tools_in_flight == 1
     old.on_event(ToolFinished("stay", 2.0, "terminal", 1.0))
-    later = 1.0 + old.forget_after_s                                 # "mover" never comes back here
+    later = 1.0 + old.idle.forget_after_s                            # "mover" never comes back here
     old.expired_pins(later)
     old.release_idle(later)
     assert old.session("mover") is None and old.ctx.cpu.tools_in_flight == 0

@@ -107,7 +107,7 @@ def test_silent_sessions_give_their_window_slot_back_and_are_not_parked_when_the
     assert p.ctx.sessions["s1"].holds_slot and p.ctx.admitted_active == 4
     p.on_event(SessionEnded("s1", 41.0))
     assert p.ctx.admitted_active == 3
-    p.release_idle(1.0 + p.forget_after_s)                        # silent for an hour: forgotten
+    p.release_idle(1.0 + p.idle.forget_after_s)                   # silent for an hour: forgotten
     assert set(p.ctx.sessions) == {"s4", "s5"} and p.ctx.admitted_active == 2
 
 

@@ -1,7 +1,7 @@
 """The clairvoyant-admission bound: MARS' balancer, new sessions by their true length."""
 from __future__ import annotations
 
-from mars_openhands.core.admission import LoadBalancer, Pressure
+from mars_openhands.core.balancer import LoadBalancer, Pressure
 from mars_openhands.core.model import Session
 from mars_openhands.core.registry import EngineShape
 from mars_openhands.matrix.bound import BOUND, ClairvoyantBalancer, clairvoyant_policy

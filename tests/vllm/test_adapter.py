@@ -171,7 +171,7 @@ def test_admission_counts_a_prefix_pins_share_once_and_none_a_running_call_holds
         h.run()
 
     def revocable() -> int:
-        s._next_demand_s = 0.0                      # refreshed now, not at the next control period
+        s._steps.next_demand_s = 0.0                # refreshed now, not at the next control period
         h.sched.schedule()
         return s.mars.ctx.kv.revocable_blocks
 

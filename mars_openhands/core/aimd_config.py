@@ -1,0 +1,43 @@
+"""The constants of MARS' control plane (`admission.py`, `balancer.py`): the paper's AIMD values,
+watermarks and long-session gate, defaults in docs/policies.md#admission-aimd-window."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class AimdConfig:
+    interval_s: float = 0.2
+    w_min: int = 4
+    #: Initial session window (None: W_min). W_max None: no fixed cap (see the module docstring).
+    w_init: int | None = None
+    w_max: int | None = None
+    increase: int = 1
+    decrease: float = 0.7
+    cpu_backlog_high: float = 2.0
+    cpu_backlog_low: float = 1.0
+    cpu_wait_high_s: float = 5.0
+    cpu_wait_low_s: float = 2.0
+    kv_high: float = 0.9            # also the KV target: the resident working set keeps 10 % free
+    kv_low: float = 0.85
+    long_prefill_tokens: int = 50_000
+    max_long_inflight: int = 2
+    #: Off: admit by the session window only (the paper's control plane, for ablation).
+    kv_window: bool = True
+
+    def __post_init__(self) -> None:
+        w_init = self.w_init if self.w_init is not None else self.w_min
+        checks = [
+            ("w_min <= w_init <= w_max", 1 <= self.w_min <= w_init <= (self.w_max or w_init)),
+            ("0 < decrease < 1", 0.0 < self.decrease < 1.0),
+            ("increase >= 1", self.increase >= 1),
+            ("interval_s > 0", self.interval_s > 0),
+            ("cpu_backlog_low <= cpu_backlog_high", 0 <= self.cpu_backlog_low <= self.cpu_backlog_high),
+            ("cpu_wait_low_s <= cpu_wait_high_s", 0 <= self.cpu_wait_low_s <= self.cpu_wait_high_s),
+            ("kv_low < kv_high <= 1", 0 <= self.kv_low < self.kv_high <= 1.0),
+            ("long_prefill_tokens > 0", self.long_prefill_tokens > 0),
+            ("max_long_inflight >= 0", self.max_long_inflight >= 0),
+        ]
+        for what, ok in checks:
+            if not ok:
+                raise ValueError(f"AimdConfig: need {what}; got {self}")
