@@ -103,6 +103,9 @@ class MarsSchedulerMixin(_SchedulerBase):
     POLICY: str = ""
     #: The policy's clock: wall time, the base of event timestamps (`Event.t`). Tests drive it.
     clock: Callable[[], float] = staticmethod(time.time)
+    #: The clock a step's model time is read on (`Policy.observe_prefill`): the host's, or a
+    #: virtual one where the forward pass is simulated (`mars_openhands.vsim`).
+    exec_clock: Callable[[], float] = staticmethod(time.perf_counter)
     idle_nap_s: float = PARKED_IDLE_S
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -196,6 +199,14 @@ class MarsSchedulerMixin(_SchedulerBase):
             events = request.events
             if self.log_stats and events and events[-1].type == EngineCoreEventType.QUEUED:
                 events.pop()                                 # queued since it was held
+
+    def held_counts(self) -> tuple[int, int]:
+        """Calls held outside vLLM's queues: (parked, in the overflow queue)."""
+        return len(self._parked), len(self._window)
+
+    def resume_pins(self) -> list:
+        """Pins handed to resuming calls and not yet released (their prefix lookup is pending)."""
+        return list(self._table.resume_pins())
 
     def _num_active(self) -> int:
         return len(self.running) + len(self.waiting) + len(self.kv_holding_waiting)
@@ -499,11 +510,11 @@ class MarsSchedulerMixin(_SchedulerBase):
                 self.mars_counters["recomputed_prefill_tokens"] += max(0, rec.lost_on_preempt - hit)
                 rec.lost_on_preempt = None
         self.mars.on_step(scheduled, CoreView(self.waiting, records), now)
-        self._exec_prefill, self._exec_started = prefill, time.perf_counter()
+        self._exec_prefill, self._exec_started = prefill, self.exec_clock()
 
     def update_from_output(self, scheduler_output: SchedulerOutput, model_runner_output: Any):
         if self._exec_prefill >= MIN_PREFILL_SAMPLE:    # the step's model time prices recompute
-            self.mars.observe_prefill(self._exec_prefill, time.perf_counter() - self._exec_started)
+            self.mars.observe_prefill(self._exec_prefill, self.exec_clock() - self._exec_started)
         self._exec_prefill = 0
         return super().update_from_output(scheduler_output, model_runner_output)
 
