@@ -223,7 +223,7 @@ def simulate(args: argparse.Namespace) -> int:
     profile = _profile(args.profile, profiles)
     out = _out_dir(args.out)
     if args.engine != "sim":
-        return _simulate_on_vllm(args, make, label, profile, names, out, run_simulation, routing)
+        return _simulate_on_vllm(args, make, label, profile, names, out, run_simulation)
     if not args.sweep_rates:
         sessions = make(args.rate if args.trace is not None else (args.rate or 0.2))
         _run_point(sessions, label, args.profile, profile, names, args, out, run_simulation)
@@ -251,10 +251,9 @@ def simulate(args: argparse.Namespace) -> int:
 
 
 def _simulate_on_vllm(args: argparse.Namespace, make: Callable[[float | None], list[SessionTrace]], label: str,
-                      profile: Profile, names: list[str], out: Path, run_simulation: Simulate,
-                      routing: dict[str, Any]) -> int:
+                      profile: Profile, names: list[str], out: Path, run_simulation: Simulate) -> int:
     """`--engine vllm|both`: one point on vLLM's own scheduler (and, for both, the simulator too)."""
-    if routing or args.sweep_rates:
+    if (args.replicas, args.router, args.events) != (1, "consistent_hash", "real") or args.sweep_rates:
         raise CliError(f"--engine {args.engine}: one engine at one point (no --replicas/--router/--events "
                        "or --sweep-rates)")
     try:
