@@ -39,6 +39,10 @@ from mars_openhands.vllm.plugin import mars_events
 from mars_openhands.vsim.tokens import ReplyTokens, ReusingHasher, SessionTokens
 from mars_openhands.workload.trace import SessionTrace
 
+#: Virtual seconds a loop turn that scheduled nothing takes: the adapter's nap with only held calls
+#: (the engine's busy loop otherwise, for which the same grain is taken).
+SPIN_S = PARKED_IDLE_S
+
 
 class EngineCoreView:
     """What the `mars_events` utility needs of the engine core: its scheduler."""
@@ -86,6 +90,8 @@ class VllmEngine:
         #: call -> tokens a cache that lost nothing would serve it from its session's earlier turns
         self.warm: dict[str, int] = {}
         self.counters = Counters()
+        #: Seconds vLLM's queues held calls and a step scheduled none of them (e.g. blocks pinned).
+        self.unscheduled_s = 0.0
         self.timeline = Timeline()
 
     # ---- the engine core's loop -----------------------------------------------------------------
@@ -105,16 +111,20 @@ class VllmEngine:
                     continue
                 sched.update_from_output(out, EMPTY_MODEL_RUNNER_OUTPUT)
             t = self.host.next_s()
-            if self._held() and not self._busy():
-                # the adapter naps while it holds calls and vLLM's queues are empty
-                t = self.now + PARKED_IDLE_S
+            if self._busy() or self._held():
+                # Nothing ran: the adapter naps while it holds calls and vLLM's queues are empty;
+                # otherwise the loop spins until a pin expires or something arrives.
+                t = self.now + SPIN_S if not self._busy() else min(t, self.now + SPIN_S)
+                if self._busy():
+                    self.unscheduled_s += t - self.now
                 idle_since = self.now if idle_since is None else idle_since
                 if self.now - idle_since > STALL_S and self.host.next_s() == INF:
-                    raise SimulationError(f"stalled at t={self.now:.3f}: the policy admitted none of "
-                                          f"{self._held()} held calls in {STALL_S:.0f} s on an idle engine")
-            elif t == INF:
-                raise SimulationError(f"stalled at t={self.now:.3f}: {self._busy()} calls in vLLM's queues "
-                                      f"that it does not schedule, nothing else to happen")
+                    raise SimulationError(f"stalled at t={self.now:.3f}: nothing scheduled for {STALL_S:.0f} s "
+                                          f"with {self._busy()} calls in vLLM's queues and {self._held()} held")
+            else:
+                idle_since = None
+                if t == INF:
+                    raise SimulationError(f"stalled at t={self.now:.3f}: no call in the engine, nothing left to happen")
             self._host_until(t, idle=not self._busy())
 
     def _step(self, out: SchedulerOutput) -> None:
