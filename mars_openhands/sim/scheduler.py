@@ -151,7 +151,18 @@ class Scheduler:
 
     def _tokens(self, r: SimRequest, budget: int) -> int:
         req = r.req
-        return self.policy.chunk_tokens(req, budget, req.prompt_tokens + req.output_tokens - r.c)
+        remaining = req.prompt_tokens + req.output_tokens - r.c
+        computed = req.computed_tokens
+        if not req.output_tokens or computed >= req.prompt_tokens:
+            return self.policy.chunk_tokens(req, budget, remaining)
+        # A call resumed after preemption recomputes its prompt and its outputs as one prefill
+        # (vLLM schedules `num_tokens - num_computed_tokens`): the policy sees it past its prompt,
+        # as the adapter shows it, so `remaining` bounds the chunk, not the prompt's end.
+        req.computed_tokens = req.prompt_tokens
+        try:
+            return self.policy.chunk_tokens(req, budget, remaining)
+        finally:
+            req.computed_tokens = computed
 
     def _schedule_running(self, budget: int, sched: dict, gone: set, now: float) -> int:
         pol, pool, bs, by_req = self.policy, self.pool, self.bs, self.by_req
