@@ -90,8 +90,6 @@ class VllmEngine:
         #: call -> tokens a cache that lost nothing would serve it from its session's earlier turns
         self.warm: dict[str, int] = {}
         self.counters = Counters()
-        #: Seconds vLLM's queues held calls and a step scheduled none of them (e.g. blocks pinned).
-        self.unscheduled_s = 0.0
         self.timeline = Timeline()
 
     # ---- the engine core's loop -----------------------------------------------------------------
@@ -115,8 +113,6 @@ class VllmEngine:
                 # Nothing ran: the adapter naps while it holds calls and vLLM's queues are empty;
                 # otherwise the loop spins until a pin expires or something arrives.
                 t = self.now + SPIN_S if not self._busy() else min(t, self.now + SPIN_S)
-                if self._busy():
-                    self.unscheduled_s += t - self.now
                 idle_since = self.now if idle_since is None else idle_since
                 if self.now - idle_since > STALL_S and self.host.next_s() == INF:
                     raise SimulationError(f"stalled at t={self.now:.3f}: nothing scheduled for {STALL_S:.0f} s "
