@@ -101,6 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="what the engines hear of tools and sessions: real (default), inferred "
                           "(inferred tool starts only) or none")
     add_synthetic_args(sim)
+    _add_engine_args(sim)
 
     gen = sub.add_parser("gen-trace", help="write a synthetic SWE-bench-like trace",
                          description="Write a seeded synthetic trace and print its statistics.")
@@ -112,6 +113,17 @@ def build_parser() -> argparse.ArgumentParser:
     for name, (_module, env, text) in DISPATCH.items():
         sub.add_parser(name, help=f"{text} ({env} environment; `{PROG} {name} --help`)", add_help=False)
     return p
+
+
+def _add_engine_args(sim: argparse.ArgumentParser) -> None:
+    """`simulate --engine`: which engine serves the trace (mars_openhands/vsim for vllm)."""
+    eng = sim.add_argument_group("engine (see mars_openhands/vsim)")
+    eng.add_argument("--engine", choices=("sim", "vllm", "both"), default="sim",
+                     help="sim: the simulator (default); vllm: vLLM's own scheduler and KV manager running "
+                          "the policy's --scheduler-cls, forward pass from the profile's cost model "
+                          "(engine environment); both: each, then the two side by side (DIR/sim, DIR/vllm)")
+    eng.add_argument("--async-scheduler", action="store_true",
+                     help="with --engine vllm/both: the policy's AsyncScheduler twin")
 
 
 # ---- simulate -----------------------------------------------------------------------------------
@@ -234,6 +246,8 @@ def simulate(args: argparse.Namespace) -> int:
         run_simulation = _cluster_simulator(args, routing)
     profile = _profile(args.profile, profiles)
     out = _claim(args)
+    if args.engine != "sim":
+        return _simulate_on_vllm(args, make, label, profile, names, out, run_simulation)
     if not args.sweep_rates:
         sessions = make(args.rate if args.trace is not None else (args.rate or 0.2))
         _run_point(sessions, label, args.profile, profile, names, args, out, run_simulation)
@@ -257,6 +271,38 @@ def simulate(args: argparse.Namespace) -> int:
     plots.latency_vs_load(points, out / "latency_vs_load.png", title=f"latency vs load ({args.profile})")
     print("\nload sweep (mean / p95 E2E s, throughput sessions/s)")
     print(format_sweep(points))
+    return 0
+
+
+def _simulate_on_vllm(args: argparse.Namespace, make: Callable[[float | None], list[SessionTrace]], label: str,
+                      profile: Profile, names: list[str], out: Path, run_simulation: Simulate) -> int:
+    """`--engine vllm|both`: one point on vLLM's own scheduler (and, for both, the simulator too)."""
+    if (args.replicas, args.router_policy, args.events) != (1, "consistent_hash", "real") or args.sweep_rates:
+        raise CliError(f"--engine {args.engine}: one engine at one point (no --replicas/--router-policy/--events "
+                       "or --sweep-rates)")
+    try:
+        from mars_openhands.vsim import run_vllm_simulation
+    except ImportError as e:
+        raise CliError(f"--engine {args.engine}: vLLM is not available ({e}); it runs in "
+                       f"{_ENVIRONMENTS['engine']}") from None
+
+    def on_vllm(sessions: list[SessionTrace], prof: Profile, name: str, **kw: Any) -> RunResult:
+        return run_vllm_simulation(sessions, prof, name, async_scheduling=args.async_scheduler, **kw)
+
+    sessions = make(args.rate if args.trace is not None else (args.rate or 0.2))
+    if args.engine == "vllm":
+        _run_point(sessions, label, args.profile, profile, names, args, out, on_vllm, label=" [vllm]")
+        return 0
+    from mars_openhands.vsim.compare import differential, format_differential
+    sim = _run_point(sessions, label, args.profile, profile, names, args, _out_dir(out / "sim"), run_simulation,
+                     label=" [sim]")
+    vllm = _run_point(sessions, label, args.profile, profile, names, args, _out_dir(out / "vllm"), on_vllm,
+                      label=" [vllm]")
+    diff = differential(sim, vllm)
+    (out / "engines.json").write_text(json.dumps(diff, indent=2) + "\n")
+    (out / "engines.md").write_text(format_differential(diff, markdown=True) + "\n")
+    print(f"\nthe simulator vs vLLM's own scheduler (each cell sim / vllm; {label}, profile={args.profile})")
+    print(format_differential(diff))
     return 0
 
 

@@ -47,8 +47,10 @@ ALLOWED: dict[str, set[str]] = {
                                    "run_folder", "sim", "workload"),
     "mars_openhands.report": _mars("metrics", "openhands", "plots", "results", "sim", "workload"),
     "mars_openhands.cli": _mars("cli_args", "cluster", "core", "hints", "matrix", "metrics", "plots", "results",
-                                "run_folder", "sim", "workload"),
+                                "run_folder", "sim", "vsim", "workload"),
     "mars_openhands.cluster": _mars("core", "procs", "protocol", "stopping", "vllm"),
+    # vLLM's own scheduler on the simulator's clock: a room above both engines
+    "mars_openhands.vsim": _mars("core", "events", "replay", "results", "sim", "vllm", "workload"),
     # the edges: patches build on the OpenHands integration; the evaluation may use anything
     "runtime_patches": _mars("openhands"),
     "evaluation": {"runtime_patches"},

@@ -134,7 +134,7 @@ class Scheduler:
             n_before = len(sched)
             self._schedule_waiting(budget, sched, now)
             admitted = len(sched) > n_before
-            waiting.note_admission(admitted, pool.free, now)
+            waiting.note_admission(admitted, self._room(), now)
         if not sched:
             return None
         return Scheduled(sched, decode_only, admitted)
@@ -142,11 +142,27 @@ class Scheduler:
     def admits(self, budget: int, now: float) -> bool:
         """Whether a step leaving `budget` tokens would try to admit the waiting queue's head."""
         return bool(self.waiting) and budget > 0 and len(self.running) < self.max_seqs \
-            and self.waiting.may_admit(self.pool.free, now)
+            and self.waiting.may_admit(self._room(), now)
+
+    def _room(self) -> int:
+        """Blocks a blocked head could get: the free ones and those pins hold (revoked for it, as the
+        vLLM adapter's allocation fallback does at every step's admission attempt)."""
+        return self.pool.free + self.pins.pinned_now
 
     def _tokens(self, r: SimRequest, budget: int) -> int:
         req = r.req
-        return self.policy.chunk_tokens(req, budget, req.prompt_tokens + req.output_tokens - r.c)
+        remaining = req.prompt_tokens + req.output_tokens - r.c
+        computed = req.computed_tokens
+        if not req.output_tokens or computed >= req.prompt_tokens:
+            return self.policy.chunk_tokens(req, budget, remaining)
+        # A call resumed after preemption recomputes its prompt and its outputs as one prefill
+        # (vLLM schedules `num_tokens - num_computed_tokens`): the policy sees it past its prompt,
+        # as the adapter shows it, so `remaining` bounds the chunk, not the prompt's end.
+        req.computed_tokens = req.prompt_tokens
+        try:
+            return self.policy.chunk_tokens(req, budget, remaining)
+        finally:
+            req.computed_tokens = computed
 
     def _schedule_running(self, budget: int, sched: dict, gone: set, now: float) -> int:
         pol, pool, bs, by_req = self.policy, self.pool, self.bs, self.by_req

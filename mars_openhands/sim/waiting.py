@@ -6,8 +6,8 @@ a call that joins in between is placed by its key, so a static order (FCFS) is e
 policy's and a time-varying one (aging) is at most `REORDER_S` stale. A static order's keys never
 change, so its kept order is what a re-sort would give: the re-sort is only counted, not done
 (FCFS queues hold hundreds of calls). For the same reason a head
-that could not be admitted is not tried again until blocks were freed, the queue changed, or
-`REORDER_S` passed (`may_admit`).
+that could not be admitted is not tried again until blocks were freed or pinned (a new pin can be
+revoked for it), the queue changed, or `REORDER_S` passed (`may_admit`).
 """
 from __future__ import annotations
 

@@ -34,19 +34,16 @@
   decides within one priority (for a stock-order policy: vLLM's own, by the request's
   `arrival_time`, then its id), and victims come from the lowest priority class
   (`Policy.order` / `Policy.choose_victim` with `by_priority`).
-- internals: building a class checks the vLLM release and every wrapped internal
-  (`mars_openhands.vllm.release.internals`).
+- internals: building a class checks the release and every wrapped internal (`release.internals`).
 - events: `apply_events` (called between steps through the EngineCore utility added by
   `mars_openhands.vllm.plugin`) feeds `Policy.on_event`.
-- history: each session's boundary happenings are kept for inspection
-  (`mars_openhands.vllm.history`).
+- history: each session's boundary happenings, for inspection (`mars_openhands.vllm.history`).
 - each step's accounting (`_steps`, `mars_openhands.vllm.steps`): the measurements the policy
   prices with (free/pinned blocks every step, the waiting work's KV demand at the control-loop
   period, an EMA of the prefill-start latency, the prefill rate from each prefill-heavy step's
   model time) and the recomputed tokens of preempted calls (`recomputed_prefill_tokens`).
-- what the scheduler costs and withholds, for every policy (`_cost`, `mars_openhands.vllm.cost`):
-  host time per model step and seconds held with the engine idle, in `mars_stats()` and so in
-  `/mars/v1/stats` and the `mars_*` Prometheus metrics.
+- cost (`_cost`, `mars_openhands.vllm.cost`): host time per model step and seconds held with the
+  engine idle, every policy, in `mars_stats()` (`/mars/v1/stats`, the `mars_*` metrics).
 
 Under vLLM 0.32's default `scheduler_reserve_full_isl` a waiting prompt is admitted only if it
 fits whole, so chunk shrinking acts on running prefills (and on admission with
@@ -103,6 +100,9 @@ class MarsSchedulerMixin(_SchedulerBase):
     POLICY: str = ""
     #: The policy's clock: wall time, the base of event timestamps (`Event.t`). Tests drive it.
     clock: Callable[[], float] = staticmethod(time.time)
+    #: The clock a step's model time is read on (`Policy.observe_prefill`): the host's, or a
+    #: virtual one where the forward pass is simulated (`mars_openhands.vsim`).
+    exec_clock: Callable[[], float] = staticmethod(time.perf_counter)
     idle_nap_s: float = PARKED_IDLE_S
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -130,7 +130,7 @@ class MarsSchedulerMixin(_SchedulerBase):
         self._window: ActiveWindow[Request] = ActiveWindow(lambda: self.mars.max_active)
         self._pins = PinKeeper(self.mars, self.kv_cache_manager, self.mars_counters,
                                clock=lambda: self.clock(), history=lambda: self.history)
-        self._steps = StepAccounting(self._table, self._pins, self.mars_counters)
+        self._steps = StepAccounting(self._table, self._pins, self.mars_counters, lambda: self.exec_clock())
         self._alloc = ChunkAllocation(self.kv_cache_manager, lambda: self.mars, self._pins, self.mars_counters,
                                       self.scheduler_config, self.cache_config)
         self._cost = SchedulerCost()
@@ -193,6 +193,14 @@ class MarsSchedulerMixin(_SchedulerBase):
             events = request.events
             if self.log_stats and events and events[-1].type == EngineCoreEventType.QUEUED:
                 events.pop()                                 # queued since it was held
+
+    def held_counts(self) -> tuple[int, int]:
+        """Calls held outside vLLM's queues: (parked, in the overflow queue)."""
+        return len(self._parked), len(self._window)
+
+    def resume_pins(self) -> list:
+        """Pins handed to resuming calls and not yet released (their prefix lookup is pending)."""
+        return list(self._table.resume_pins())
 
     def _num_active(self) -> int:
         return len(self.running) + len(self.waiting) + len(self.kv_holding_waiting)

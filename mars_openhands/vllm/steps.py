@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from vllm.v1.core.sched.output import SchedulerOutput
@@ -39,10 +39,13 @@ class StepAccounting:
     """The per-step measurement state: when the demand is next refreshed, and the step handed out
     to the model (its prefill tokens, when it started)."""
 
-    def __init__(self, table: RequestTable, pins: PinKeeper, counters: Counter[str]) -> None:
-        self.table, self.pins, self.counters = table, pins, counters
+    def __init__(self, table: RequestTable, pins: PinKeeper, counters: Counter[str],
+                 exec_clock: Callable[[], float] = time.perf_counter) -> None:
+        """`exec_clock`: the clock a step's model time is read on (the host's, or a virtual one
+        where the forward pass is simulated: `mars_openhands.vsim`)."""
+        self.table, self.pins, self.counters, self.exec_clock = table, pins, counters, exec_clock
         self.next_demand_s = -1.0
-        self.exec_started = 0.0                           # perf_counter when a step was handed out
+        self.exec_started = 0.0                           # exec_clock when a step was handed out
         self.exec_prefill = 0                             # prefill tokens of that step
 
     def sync_kv_state(self, policy: Policy, now: float, pool: BlockPool, waiting: Iterable[Request],
@@ -87,9 +90,9 @@ class StepAccounting:
                 self.counters["recomputed_prefill_tokens"] += max(0, rec.lost_on_preempt - hit)
                 rec.lost_on_preempt = None
         policy.on_step(scheduled, CoreView(waiting, records), now)
-        self.exec_prefill, self.exec_started = prefill, time.perf_counter()
+        self.exec_prefill, self.exec_started = prefill, self.exec_clock()
 
     def model_time(self, policy: Policy) -> None:
         if self.exec_prefill >= MIN_PREFILL_SAMPLE:    # the step's model time prices recompute
-            policy.observe_prefill(self.exec_prefill, time.perf_counter() - self.exec_started)
+            policy.observe_prefill(self.exec_prefill, self.exec_clock() - self.exec_started)
         self.exec_prefill = 0
