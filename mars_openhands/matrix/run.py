@@ -203,8 +203,9 @@ def _parser() -> argparse.ArgumentParser:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     which = ap.add_mutually_exclusive_group()
     which.add_argument("--quick", action="store_true", help="the built-in quick grid (~12 cells, minutes)")
-    which.add_argument("--grid", type=Path, metavar="FILE",
-                       help="a grid TOML file (default: the built-in full grid)")
+    which.add_argument("--grid", type=Path, metavar="FILE|real",
+                       help="a grid TOML file (default: the built-in full grid), or `real`: recorded agent "
+                            "traffic under a closed-loop load sweep (mars_openhands/matrix/real.py)")
     ap.add_argument("--profile", metavar="NAME|FILE",
                     help="simulator profile instead of the grid's: a built-in name or a profile JSON file "
                          "(`mars-openhands calibrate`); load is relative to this profile's host")
@@ -214,7 +215,57 @@ def _parser() -> argparse.ArgumentParser:
                     help="trace seeds: every cell runs once per seed (default: the grid's own seed)")
     ap.add_argument("--jobs", type=int, default=1, metavar="N", help="cells run in parallel processes (default 1)")
     ap.add_argument("--out", type=Path, required=True, metavar="DIR", help="output directory")
+    real = ap.add_argument_group("--grid real: the corpora (docs/workload.md, 'Real traffic')")
+    real.add_argument("--weka-traces", type=Path, metavar="DIR",
+                      help="kv-cache-tester's traces/ folder (default $MARS_WEKA_TRACES); even-numbered files only")
+    real.add_argument("--swe-agent-runs", type=Path, metavar="DIR",
+                      help="ThunderAgent's SWE-agent-profile/real_chunk_prefill/ (default $MARS_SWE_AGENT_RUNS)")
     return ap
+
+
+def _is_real(args: argparse.Namespace) -> bool:
+    return args.grid is not None and str(args.grid) == "real" and not args.grid.exists()
+
+
+def _main_real(args: argparse.Namespace) -> int:
+    """`--grid real` (see `real.py`): load the corpora, run every cell, write matrix.json/.md."""
+    from mars_openhands.matrix import real
+    try:
+        if args.profile is not None:
+            raise GridError("--profile: the real grid runs its own profiles (" + ", ".join(real.PROFILES) + ")")
+        policies = _policies(args.policies)
+        seeds = _seeds(args.seeds) or [1]
+        args.out.mkdir(parents=True, exist_ok=True)
+        dirs = {"claude-code": args.weka_traces, "swe-agent": args.swe_agent_runs}
+        for c in real.CORPORA:
+            real.corpus_dir(c, dirs[c.name])
+    except (GridError, real.RealGridError) as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"{PROG}: error: --out: cannot create {args.out}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    n = len(real.cells(seeds))
+    print(f"real: {n // len(seeds)} cells x {len(seeds)} seed(s) ({', '.join(map(str, seeds))}) x {len(policies)} "
+          f"policies ({', '.join(policies)}) + the clairvoyant bound, {args.jobs} job(s), "
+          f"load average {os.getloadavg()[0]:.2f}", flush=True)
+    t0 = time.perf_counter()
+    try:
+        entries = real.run_real(seeds, dirs, policies, args.out, jobs=args.jobs, write=_write_json,
+                                log=lambda s: print(s, flush=True))
+    except real.RealGridError as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted; finished cells are in {args.out / 'matrix.json'}", file=sys.stderr)
+        return 130
+    text = report.write(entries, args.out)
+    loads = real.load_table(entries)
+    (args.out / "matrix.md").write_text(f"{text}\n\n## Per load: MARS / best baseline\n\n{loads}\n")
+    print(f"\n{text}\n\n{loads}\n\n{len(entries)} cell runs in {time.perf_counter() - t0:.0f} s "
+          f"(load average {os.getloadavg()[0]:.2f}); {args.out / 'matrix.json'}, {args.out / 'heatmap.png'}")
+    print(report.worst_line(entries))
+    return 0
 
 
 def main(argv: Iterable[str] | None = None) -> int:
@@ -222,6 +273,8 @@ def main(argv: Iterable[str] | None = None) -> int:
     args = ap.parse_args(None if argv is None else list(argv))
     if args.jobs < 1:
         ap.error(f"--jobs: must be >= 1, got {args.jobs}")
+    if _is_real(args):
+        return _main_real(args)
     try:
         grid = load_grid(args.grid if args.grid else builtin_grid("quick" if args.quick else "full"))
         if args.profile is not None:
