@@ -194,7 +194,7 @@ class Engine:
             if kind == TOOL_DONE:
                 self._tool_done(cast(ToolJob, obj))
             elif kind == ARRIVE:
-                self._arrive(cast(SimSession, obj))
+                self._on_arrival(cast(SimSession, obj))
             elif self._wake_at <= et:
                 self._wake_at = INF
         self._advance(t)
@@ -345,8 +345,10 @@ class Engine:
         self.backlog = keep
         return True
 
-    def _arrive(self, s: SimSession) -> None:
-        s.arrival_s = self.now
+    def _on_arrival(self, s: SimSession) -> None:
+        """An ARRIVE event: a session's first turn, or (replicas) a call routed here."""
+        if s.k == 0:
+            s.arrival_s = self.now
         if self.loop is not None:
             for delay, dep in self.loop.arrived(s):
                 self.events.push(self.now + delay, ARRIVE, dep)

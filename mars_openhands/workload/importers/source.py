@@ -27,11 +27,7 @@ def _files(path: Path, keep: Callable[[Path], bool] | None) -> list[Path]:
     files = sorted(p for p in path.iterdir() if p.is_file() and p.name.endswith(_SUFFIXES))
     if not files:
         raise ImportFailed(f"{path}: no trace files (*{', *'.join(_SUFFIXES)}) in the directory")
-    if keep is not None:
-        files = [f for f in files if keep(f)]
-        if not files:
-            raise ImportFailed(f"{path}: no trace file in the directory is selected")
-    return files
+    return files if keep is None else [f for f in files if keep(f)]
 
 
 def _whole_document(path: Path) -> bool:
