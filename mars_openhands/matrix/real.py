@@ -61,7 +61,7 @@ class Corpus:
 CORPORA: tuple[Corpus, ...] = (
     # Waits between calls capped at 600 s as kv-cache-tester's replayer does (--max-delay 600):
     # the corpus has human pauses of hours, which no scheduler can shorten.
-    Corpus("claude-code", "weka", "MARS_WEKA_TRACES", "--weka-traces", sessions=48, users=(2, 4, 8, 16, 32),
+    Corpus("claude-code", "weka", "MARS_WEKA_TRACES", "--weka-traces", sessions=32, users=(2, 4, 8, 16),
            numbers="even", max_gap_s=600.0),
     Corpus("swe-agent", "swe-agent", "MARS_SWE_AGENT_RUNS", "--swe-agent-runs", sessions=64,
            users=(2, 4, 8, 16, 32, 64)),
