@@ -219,7 +219,9 @@ def simulate(args: argparse.Namespace) -> int:
 
     def make(rate: float | None) -> list[SessionTrace]:
         """`recorded(rate)` on the model's limits (`--oversize`), saying what was condensed or dropped."""
-        sessions, line = fit_to_limits(recorded(rate), profile, args.kv_blocks, args.max_model_len, args.oversize)
+        hint = "" if args.trace is not None else " (synthetic sessions: scale them with --context-scale)"
+        sessions, line = fit_to_limits(recorded(rate), profile, args.kv_blocks, args.max_model_len, args.oversize,
+                                       hint)
         print(line)
         return sessions
 

@@ -188,7 +188,7 @@ def int_list(text: str) -> list[int]:
 
 
 def fit_to_limits(sessions: list[SessionTrace], profile: Any, kv_blocks: int | None,
-                  max_model_len: int | None, rule: str) -> tuple[list[SessionTrace], str]:
+                  max_model_len: int | None, rule: str, hint: str = "") -> tuple[list[SessionTrace], str]:
     """The sessions under the `--oversize` rule for `profile` (its KV blocks unless `kv_blocks`, its
     max_model_len unless given) and the line saying what was condensed or dropped."""
     from mars_openhands.workload.oversize import OversizeError, call_limit, fit_sessions
@@ -198,7 +198,7 @@ def fit_to_limits(sessions: list[SessionTrace], profile: Any, kv_blocks: int | N
     try:
         fitted = fit_sessions(sessions, limit, rule)  # type: ignore[arg-type]
     except OversizeError as e:
-        raise CliError(f"--oversize error: {e}") from None
+        raise CliError(f"--oversize: {e}") from None
     if not fitted.sessions:
-        raise CliError(f"{fitted.line()}: no session left to run")
+        raise CliError(f"{fitted.line()}: no session left to run{hint}")
     return fitted.sessions, fitted.line()

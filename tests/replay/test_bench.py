@@ -223,3 +223,23 @@ def test_comparison_table_gives_the_predicted_speed_up_and_its_error() -> None:
     last = comparison_table(measured, predicted).splitlines()[-1].split()
     # measured 80 / 50 = 1.60x; predicted 60 / 40 = 1.50x, 6 % low
     assert last == ["x", "best", "(mean)", "1.60x", "1.50x", "-6%"]
+
+
+def test_a_kv_cache_too_small_for_the_longest_turn_is_refused_before_any_engine_starts(tmp_path, capsys,
+                                                                                      monkeypatch):
+    d = tmp_path / "model"
+    d.mkdir()
+    # 2 layers x 4 KV heads x 64 x 2 (K, V) x 2 bytes: 2,048 bytes of KV per token
+    (d / "config.json").write_text(json.dumps({"vocab_size": 300, "max_position_embeddings": 4096,
+                                               "num_hidden_layers": 2, "num_attention_heads": 4,
+                                               "num_key_value_heads": 4, "head_dim": 64, "dtype": "bfloat16"}))
+
+    def no_engine(*_a, **_k):
+        raise AssertionError("an engine was started")
+    monkeypatch.setattr(server_mod, "serve_command", no_engine)
+    rc = bench.main([*SMALL, "--policies", "fcfs", "--model", str(d), "--kv-cache-memory-bytes", "100000",
+                     "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("error:") == 1
+    assert re.search(r"--kv-cache-memory-bytes 100000: holds about 48 tokens of model \(2048 bytes each\) but "
+                     r"the engine must hold one call of \d+", err)
