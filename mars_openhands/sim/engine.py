@@ -225,7 +225,9 @@ class Engine:
         preemptions = self.counters.preemptions
         scheduled = sched.schedule(now)
         if scheduled is None:
-            return False
+            # A step that only preempted (vLLM admits nothing in such a step) changed what the next
+            # one can do; otherwise the engine waits for an event.
+            return self.counters.preemptions != preemptions
         if scheduled.decode_only and not scheduled.admitted and self.fast_forward:
             m = self.decode_run.steps(sched.running, now, self._horizon())
             if m > 1:
