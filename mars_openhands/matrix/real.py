@@ -34,6 +34,7 @@ from typing import Any
 
 from mars_openhands.matrix import report
 from mars_openhands.matrix.bound import BOUND, clairvoyant_policy
+from mars_openhands.matrix.waits import QueueWaits
 from mars_openhands.metrics import ideal_mean_e2e, summarize
 from mars_openhands.sim.closed_loop import root_of
 from mars_openhands.sim.profile_file import resolve_profile
@@ -149,9 +150,12 @@ def run_real_cell(cell: RealCell, corpus: Sequence[SessionTrace], policies: Sequ
     results: dict[str, Any] = {}
     ideal = 0.0
     for name in policies:
-        run = run_simulation(sessions, profile, name, concurrency=cell.users)
+        waits = QueueWaits()
+        run = run_simulation(sessions, profile, name, concurrency=cell.users, on_event=waits)
         ideal = ideal_mean_e2e(run)
-        results[name] = {**summarize(run), "held_idle_s": round(run.held_idle_s, 1)}
+        n = len(run.sessions)
+        results[name] = {**summarize(run), "held_idle_s": round(run.held_idle_s, 1),
+                         "engine_wait_s": round(waits.engine_s / n, 4), "tool_wait_s": round(waits.tool_s / n, 4)}
     bound = run_simulation(sessions, profile, BOUND, concurrency=cell.users,
                            make_policy=clairvoyant_policy(sessions, profile))
     fcfs = results.get(report.QUEUE_REFERENCE) or next(iter(results.values()))

@@ -25,11 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from mars_openhands.core.registry import policy_names
-from mars_openhands.events import Event, PrefillStarted, ToolFinished, TurnSubmitted
 from mars_openhands.matrix import report
 from mars_openhands.matrix.bound import BOUND, clairvoyant_policy
 from mars_openhands.matrix.capacity import Capacity, host_capacity
 from mars_openhands.matrix.grid import Cell, Grid, GridError, builtin_grid, load_grid, with_profile
+from mars_openhands.matrix.waits import QueueWaits
 from mars_openhands.metrics import ideal_mean_e2e, summarize
 from mars_openhands.sim.profile_file import resolve_profile
 from mars_openhands.sim.profiles import Profile
@@ -38,26 +38,6 @@ from mars_openhands.workload.families import family_sessions
 from mars_openhands.workload.trace import SessionTrace
 
 PROG = "mars-openhands bench-matrix"
-
-
-class _Waits:
-    """Queue waits of one run from its events: submission -> first prefill (engine queue and
-    admission parking) and the tool pool's queue."""
-
-    def __init__(self) -> None:
-        self.submitted: dict[str | None, float] = {}
-        self.engine_s = 0.0
-        self.tool_s = 0.0
-
-    def __call__(self, e: Event) -> None:
-        if isinstance(e, TurnSubmitted):
-            self.submitted[e.request_id] = e.t
-        elif isinstance(e, PrefillStarted):
-            t0 = self.submitted.pop(e.request_id, None)
-            if t0 is not None:
-                self.engine_s += e.t - t0
-        elif isinstance(e, ToolFinished):
-            self.tool_s += e.queue_wait_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +69,7 @@ def run_cell(cell: Cell, profile_name: str, policies: Sequence[str]) -> dict[str
     t0 = time.perf_counter()
     results, ideal = {}, 0.0
     for name in policies:
-        waits = _Waits()
+        waits = QueueWaits()
         run = run_simulation(sessions, profile, name, tool_workers=cell.tool_workers, kv_blocks=kv_blocks,
                              on_event=waits)
         ideal = ideal_mean_e2e(run)
