@@ -38,21 +38,26 @@ def main() -> int:
     ap.add_argument("--profile", default="h100-qwen3-coder-30b")
     ap.add_argument("--sessions", type=int, default=STUDY_SESSIONS)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--kv-scale", type=float, default=1.0,
+                    help="KV cache x this (e.g. 8: the H100's HBM plus a CPU tier, as if offloaded blocks "
+                         "were as fast as HBM; an optimistic stand-in for the study's CPU offload)")
     ap.add_argument("--out", type=Path, help="write the points as JSON here")
     args = ap.parse_args()
     corpus = next(c for c in CORPORA if c.name == "claude-code")
     sessions = sample(load_corpus(corpus, corpus_dir(corpus, args.weka_traces)), args.sessions, args.seed)
     profile = resolve_profile(args.profile)
-    fitted = fit_sessions(sessions, call_limit(profile.max_model_len, profile.kv_blocks * profile.block_size))
+    blocks = max(1, round(profile.kv_blocks * args.kv_scale))
+    fitted = fit_sessions(sessions, call_limit(profile.max_model_len, blocks * profile.block_size))
     roots = sum(1 for s in fitted.sessions if "/" not in s.session_id)
-    print(f"{roots} sessions ({len(fitted.sessions)} with sub-agents) on {args.profile}; {fitted.line()}", flush=True)
+    print(f"{roots} sessions ({len(fitted.sessions)} with sub-agents) on {args.profile}, "
+          f"{blocks * profile.block_size:,} KV tokens; {fitted.line()}", flush=True)
     names = [n.strip() for n in args.policies.split(",")]
     points = []
     for users in (int(u) for u in args.users.split(",")):
         row: dict[str, dict] = {}
         for name in names:
             t0 = time.perf_counter()
-            run = run_simulation(fitted.sessions, profile, name, concurrency=users)
+            run = run_simulation(fitted.sessions, profile, name, concurrency=users, kv_blocks=blocks)
             row[name] = {**summarize(run), "preemptions": run.preemptions,
                          "recomputed_prefill_tokens": run.recomputed_prefill_tokens,
                          "held_idle_s": round(run.held_idle_s, 1), "wall_s": round(time.perf_counter() - t0, 1)}
