@@ -18,9 +18,12 @@ from typing import TYPE_CHECKING, Any
 
 from mars_openhands.cli_args import (
     CliError,
+    add_closed_loop_args,
+    add_limits_args,
     add_synthetic_args,
     add_workload_source,
     at_rate,
+    fit_to_limits,
     float_list,
     policy_list,
     positive,
@@ -102,6 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
                           "(inferred tool starts only) or none")
     add_synthetic_args(sim)
     _add_engine_args(sim)
+    add_limits_args(sim)
+    add_closed_loop_args(sim)
 
     gen = sub.add_parser("gen-trace", help="write a synthetic SWE-bench-like trace",
                          description="Write a seeded synthetic trace and print its statistics.")
@@ -200,8 +205,9 @@ def _run_point(sessions: list[SessionTrace], trace_label: str, profile_name: str
             def progress(done: int, *_: int, base: int = base) -> None:
                 bar.update(base + min(done, len(sessions)) - bar.n)
 
+            loop = {"concurrency": args.concurrency} if args.concurrency else {}
             run = run_simulation(sessions, profile, name, tool_workers=args.tool_workers,
-                                 kv_blocks=args.kv_blocks, progress=progress)
+                                 kv_blocks=args.kv_blocks, progress=progress, **loop)
             bar.update(base + len(sessions) - bar.n)
             runs[name], summaries[name] = run, summarize(run, alpha=args.alpha)
     summary = {"trace": trace_label, "profile": profile_name,
@@ -227,7 +233,7 @@ def simulate(args: argparse.Namespace) -> int:
     names = policy_list(args.policies)
     base = read_trace(args.trace) if args.trace is not None else None
 
-    def make(rate: float | None) -> list[SessionTrace]:
+    def recorded(rate: float | None) -> list[SessionTrace]:
         """The sessions at `rate`: the trace retimed (as recorded for None), or a synthetic set."""
         if base is not None:
             return at_rate(base, rate) if rate is not None else base
@@ -245,9 +251,21 @@ def simulate(args: argparse.Namespace) -> int:
     if (args.replicas, args.router_policy, args.events) != (1, "consistent_hash", "real"):
         run_simulation = _cluster_simulator(args, routing)
     profile = _profile(args.profile, profiles)
+    _check_closed_loop(args)
+
+    def make(rate: float | None) -> list[SessionTrace]:
+        """`recorded(rate)` on the model's limits (`--oversize`), saying what was condensed or dropped."""
+        hint = "" if args.trace is not None else " (synthetic sessions: scale them with --context-scale)"
+        sessions, line = fit_to_limits(recorded(rate), profile, args.kv_blocks, args.max_model_len, args.oversize,
+                                       hint)
+        print(line)
+        return sessions
+
     out = _claim(args)
     if args.engine != "sim":
         return _simulate_on_vllm(args, make, label, profile, names, out, run_simulation)
+    if args.sweep_concurrency:
+        return _sweep_concurrency(make(args.rate), label, profile, names, args, out, run_simulation)
     if not args.sweep_rates:
         sessions = make(args.rate if args.trace is not None else (args.rate or 0.2))
         _run_point(sessions, label, args.profile, profile, names, args, out, run_simulation)
@@ -303,6 +321,44 @@ def _simulate_on_vllm(args: argparse.Namespace, make: Callable[[float | None], l
     (out / "engines.md").write_text(format_differential(diff, markdown=True) + "\n")
     print(f"\nthe simulator vs vLLM's own scheduler (each cell sim / vllm; {label}, profile={args.profile})")
     print(format_differential(diff))
+    return 0
+
+
+def _check_closed_loop(args: argparse.Namespace) -> None:
+    """`--concurrency` / `--sweep-concurrency` against the other load and engine flags."""
+    if not (args.concurrency or args.sweep_concurrency):
+        return
+    if args.concurrency and args.sweep_concurrency:
+        raise CliError("--concurrency and --sweep-concurrency: give one")
+    if args.sweep_rates:
+        raise CliError("--sweep-rates with a closed loop: a closed loop has no arrival rate; sweep one or the other")
+    if args.replicas != 1:
+        raise CliError("--concurrency: closed-loop arrivals run on one engine (--replicas 1)")
+    if args.engine != "sim":
+        raise CliError(f"--concurrency with --engine {args.engine}: closed-loop arrivals run in the simulator "
+                       "engine only (--engine sim)")
+
+
+def _sweep_concurrency(sessions: list[SessionTrace], label: str, profile: Profile, names: list[str],
+                       args: argparse.Namespace, out: Path, run_simulation: Simulate) -> int:
+    """One run per user count of `--sweep-concurrency`: DIR/users-N/ and DIR/sweep.json."""
+    from mars_openhands import plots
+    from mars_openhands.metrics import format_sweep
+    points: list[Mapping[str, Any]] = []
+    for users in args.sweep_concurrency:
+        sub = _out_dir(out / f"users-{users}")
+        point_args = argparse.Namespace(**{**vars(args), "concurrency": users})
+        s = _run_point(sessions, label, args.profile, profile, names, point_args, sub, run_simulation,
+                       label=f" @ {users} users")
+        points.append({"concurrency": users, "dir": sub.name, "ideal_mean_e2e_s": s["ideal_mean_e2e_s"],
+                       "policies": s["policies"]})
+    sweep = {"trace": label, "profile": args.profile, "concurrency": list(args.sweep_concurrency), "points": points}
+    (out / "sweep.json").write_text(json.dumps(sweep, indent=2) + "\n")
+    (out / "sweep.md").write_text(format_sweep(points, markdown=True, key="concurrency") + "\n")
+    plots.latency_vs_load(points, out / "latency_vs_load.png", title=f"latency vs users ({args.profile})",
+                          key="concurrency")
+    print("\nclosed-loop sweep (mean / p95 E2E s, throughput sessions/s)")
+    print(format_sweep(points, key="concurrency"))
     return 0
 
 

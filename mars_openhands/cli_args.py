@@ -151,3 +151,54 @@ def policy_list(text: str) -> list[str]:
     if len(set(names)) != len(names):
         raise CliError(f"--policies: a policy is named twice in {text!r}")
     return names
+
+
+# ---- real traffic: the model's limits and closed-loop arrivals -------------------------------------
+
+def add_limits_args(p: argparse.ArgumentParser) -> None:
+    """`--max-model-len` and `--oversize` (see mars_openhands/workload/oversize.py)."""
+    from mars_openhands.workload.oversize import OVERSIZE_RULES
+    g = p.add_argument_group("model limits (see mars_openhands/workload/oversize.py)")
+    g.add_argument("--max-model-len", type=positive(int), metavar="TOKENS",
+                   help="the model's context limit (prompt + reply of one call; default: the profile's)")
+    g.add_argument("--oversize", choices=OVERSIZE_RULES, default="compact",
+                   help="a session with a call over max_model_len or the KV cache: compact (default: its "
+                        "history condensed as the agent would), drop, or error")
+
+
+def add_closed_loop_args(p: argparse.ArgumentParser) -> None:
+    """`--concurrency N` and `--sweep-concurrency` (see mars_openhands/sim/closed_loop.py)."""
+    g = p.add_argument_group("closed-loop arrivals (see mars_openhands/sim/closed_loop.py)")
+    g.add_argument("--concurrency", type=positive(int), metavar="N",
+                   help="N users, each starting its next session of the trace when one ends (instead of "
+                        "arrival times)")
+    g.add_argument("--sweep-concurrency", type=int_list, metavar="N1,N2,...",
+                   help="load sweep over closed-loop users: DIR/users-N/summary.json + DIR/sweep.json")
+
+
+def int_list(text: str) -> list[int]:
+    """An argparse type: comma-separated positive integers."""
+    try:
+        vals = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        vals = []
+    if not vals or min(vals) < 1:
+        raise argparse.ArgumentTypeError(f"expected comma-separated positive integers, got {text!r}")
+    return vals
+
+
+def fit_to_limits(sessions: list[SessionTrace], profile: Any, kv_blocks: int | None,
+                  max_model_len: int | None, rule: str, hint: str = "") -> tuple[list[SessionTrace], str]:
+    """The sessions under the `--oversize` rule for `profile` (its KV blocks unless `kv_blocks`, its
+    max_model_len unless given) and the line saying what was condensed or dropped."""
+    from mars_openhands.workload.oversize import OversizeError, call_limit, fit_sessions
+    blocks = kv_blocks if kv_blocks is not None else profile.kv_blocks
+    limit = call_limit(max_model_len if max_model_len is not None else profile.max_model_len,
+                       blocks * profile.block_size)
+    try:
+        fitted = fit_sessions(sessions, limit, rule)  # type: ignore[arg-type]
+    except OversizeError as e:
+        raise CliError(f"--oversize: {e}") from None
+    if not fitted.sessions:
+        raise CliError(f"{fitted.line()}: no session left to run{hint}")
+    return fitted.sessions, fitted.line()

@@ -144,13 +144,14 @@ def format_table(summaries: Mapping[str, Mapping[str, Any]], *, markdown: bool =
     return "\n".join([fmt(header), "  ".join("-" * w for w in widths)] + [fmt(r) for r in rows])
 
 
-def format_sweep(points: list[Mapping[str, Any]], *, markdown: bool = False) -> str:
-    """Mean / p95 E2E and throughput per policy at each rate of a load sweep."""
+def format_sweep(points: list[Mapping[str, Any]], *, markdown: bool = False, key: str = "rate") -> str:
+    """Mean / p95 E2E and throughput per policy at each load of a sweep (`key`: "rate" in
+    sessions/s, or "concurrency" in users of a closed loop)."""
     names = list(dict.fromkeys(n for p in points for n in p["policies"]))
-    header = ["rate/s"] + [f"{n} mean/p95 s, thru/s" for n in names]
+    header = ["rate/s" if key == "rate" else "users"] + [f"{n} mean/p95 s, thru/s" for n in names]
     rows = []
     for p in points:
-        cells = [f"{p['rate']:g}"]
+        cells = [f"{p[key]:g}"]
         for n in names:
             s = p["policies"].get(n)
             cells.append("-" if not s or s["mean_e2e_s"] is None else

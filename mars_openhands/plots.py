@@ -51,23 +51,25 @@ def e2e_cdf(runs: Mapping[str, RunResult], path: str | Path, *, title: str = "")
     return _save(fig, path)
 
 
-def latency_vs_load(points: Sequence[Mapping[str, Any]], path: str | Path, *, title: str = "") -> Path:
-    """Mean (solid) and p95 (dashed) E2E latency per policy against the arrival rate of a sweep.
+def latency_vs_load(points: Sequence[Mapping[str, Any]], path: str | Path, *, title: str = "",
+                    key: str = "rate") -> Path:
+    """Mean (solid) and p95 (dashed) E2E latency per policy against the load of a sweep.
 
-    `points`: ``[{"rate": r, "policies": {name: summary}}, ...]`` as in ``sweep.json``.
+    `points`: ``[{"rate": r, "policies": {name: summary}}, ...]`` as in ``sweep.json`` (`key`
+    "concurrency": closed-loop users instead of the arrival rate).
     """
     fig, ax = plt.subplots(figsize=(7, 4.5))
     names = list(dict.fromkeys(n for p in points for n in p["policies"]))
     for i, name in enumerate(names):
         color = f"C{i % 10}"
-        pts = [(p["rate"], p["policies"][name]) for p in points
+        pts = [(p[key], p["policies"][name]) for p in points
                if name in p["policies"] and p["policies"][name]["mean_e2e_s"] is not None]
         rates = [r for r, _ in pts]
         ax.plot(rates, [s["mean_e2e_s"] for _, s in pts], "o-", color=color, label=f"{name} mean")
         ax.plot(rates, [s["p95_e2e_s"] for _, s in pts], "s--", color=color, alpha=0.7, label=f"{name} p95")
     ax.set_yscale("log")
     _plain_log(ax.yaxis)
-    ax.set_xlabel("arrival rate (sessions/s)")
+    ax.set_xlabel("arrival rate (sessions/s)" if key == "rate" else "concurrent users (closed loop)")
     ax.set_ylabel("E2E latency (s, log)")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7, ncol=2)

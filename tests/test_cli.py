@@ -14,9 +14,12 @@ from mars_openhands import cli
 from mars_openhands.core import registry
 from mars_openhands.results import RunResult, SessionResult
 from mars_openhands.run_folder import check_replaceable, read_spec
+from mars_openhands.sim.profiles import PROFILES
 from mars_openhands.workload.synthetic import synthetic_sessions
 from mars_openhands.workload.trace import read_trace, write_trace
 
+#: the profile the stand-in gets: a real one, so that the oversize rule can read its limits
+PROFILE = PROFILES["h200-qwen3-coder-30b"].with_overrides(name="test-profile")
 FACTOR = {"fcfs": 4.0, "autellix": 3.0, "mars": 1.5, "mars-no-priority": 2.5}
 
 
@@ -40,7 +43,7 @@ class FakeSim:
 @pytest.fixture
 def fake(monkeypatch):
     sim = FakeSim()
-    monkeypatch.setattr(cli, "_load_simulator", lambda: (sim, {"test-profile": "PROFILE"}))
+    monkeypatch.setattr(cli, "_load_simulator", lambda: (sim, {"test-profile": PROFILE}))
     monkeypatch.setattr(registry, "policy_names", lambda: list(FACTOR))
     return sim
 
@@ -53,7 +56,7 @@ def test_simulate_runs_each_policy_on_the_same_trace_and_writes_summary(fake, tm
     assert rc == 0
     assert [c[2] for c in fake.calls] == ["fcfs", "autellix", "mars"]
     assert all(c[0] is fake.calls[0][0] for c in fake.calls)           # one trace object for all
-    assert {(c[1], c[3], c[4]) for c in fake.calls} == {("PROFILE", 4, 900)}
+    assert {(c[1], c[3], c[4]) for c in fake.calls} == {(PROFILE, 4, 900)}
     summary = json.loads((out / "summary.json").read_text())
     assert list(summary) == ["trace", "profile", "ideal_mean_e2e_s", "policies", "held_idle_s"]
     assert summary["profile"] == "test-profile" and "seed=3" in summary["trace"]

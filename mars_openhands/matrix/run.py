@@ -25,12 +25,12 @@ from pathlib import Path
 from typing import Any
 
 from mars_openhands.core.registry import is_mars_variant, policy_names
-from mars_openhands.events import Event, PrefillStarted, ToolFinished, TurnSubmitted
 from mars_openhands.hints import flag
 from mars_openhands.matrix import report
 from mars_openhands.matrix.bound import BOUND, clairvoyant_policy
 from mars_openhands.matrix.capacity import Capacity, host_capacity
 from mars_openhands.matrix.grid import Cell, Grid, GridError, builtin_grid, load_grid, with_profile
+from mars_openhands.matrix.waits import QueueWaits
 from mars_openhands.metrics import ideal_mean_e2e, summarize
 from mars_openhands.run_folder import RunFolderError, RunSpec, claim, input_hash
 from mars_openhands.sim.profile_file import resolve_profile
@@ -40,26 +40,6 @@ from mars_openhands.workload.families import family_sessions
 from mars_openhands.workload.trace import SessionTrace
 
 PROG = "mars-openhands bench-matrix"
-
-
-class _Waits:
-    """Queue waits of one run from its events: submission -> first prefill (engine queue and
-    admission parking) and the tool pool's queue."""
-
-    def __init__(self) -> None:
-        self.submitted: dict[str | None, float] = {}
-        self.engine_s = 0.0
-        self.tool_s = 0.0
-
-    def __call__(self, e: Event) -> None:
-        if isinstance(e, TurnSubmitted):
-            self.submitted[e.request_id] = e.t
-        elif isinstance(e, PrefillStarted):
-            t0 = self.submitted.pop(e.request_id, None)
-            if t0 is not None:
-                self.engine_s += e.t - t0
-        elif isinstance(e, ToolFinished):
-            self.tool_s += e.queue_wait_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +71,7 @@ def run_cell(cell: Cell, profile_name: str, policies: Sequence[str]) -> dict[str
     t0 = time.perf_counter()
     results, ideal = {}, 0.0
     for name in policies:
-        waits = _Waits()
+        waits = QueueWaits()
         run = run_simulation(sessions, profile, name, tool_workers=cell.tool_workers, kv_blocks=kv_blocks,
                              on_event=waits)
         ideal = ideal_mean_e2e(run)
@@ -231,8 +211,9 @@ def _parser() -> argparse.ArgumentParser:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     which = ap.add_mutually_exclusive_group()
     which.add_argument("--quick", action="store_true", help="the built-in quick grid (13 cells, minutes)")
-    which.add_argument("--grid", type=Path, metavar="FILE",
-                       help="a grid TOML file (default: the built-in full grid)")
+    which.add_argument("--grid", type=Path, metavar="FILE|real",
+                       help="a grid TOML file (default: the built-in full grid), or `real`: recorded agent "
+                            "traffic under a closed-loop load sweep (mars_openhands/matrix/real.py)")
     ap.add_argument("--profile", metavar="NAME|FILE",
                     help="simulator profile instead of the grid's: a built-in name or a profile JSON file "
                          "(`mars-openhands calibrate`); load is relative to this profile's host")
@@ -247,6 +228,11 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--resume", action="store_true", help="continue the matrix in --out with other policies or "
                                                           "seeds (cells whose input changed run again)")
     ap.add_argument("--replace", action="store_true", help="delete the run folder --out (another matrix's) first")
+    real = ap.add_argument_group("--grid real: the corpora (docs/workload.md, 'Real traffic')")
+    real.add_argument("--weka-traces", type=Path, metavar="DIR",
+                      help="kv-cache-tester's traces/ folder (default $MARS_WEKA_TRACES); even-numbered files only")
+    real.add_argument("--swe-agent-runs", type=Path, metavar="DIR",
+                      help="ThunderAgent's SWE-agent-profile/real_chunk_prefill/ (default $MARS_SWE_AGENT_RUNS)")
     return ap
 
 
@@ -262,11 +248,59 @@ def _claim(args: argparse.Namespace, grid: Grid, policies: Sequence[str], seeds:
                  resume=args.resume, replace=args.replace)
 
 
+def _is_real(args: argparse.Namespace) -> bool:
+    return args.grid is not None and str(args.grid) == "real" and not args.grid.exists()
+
+
+def _main_real(args: argparse.Namespace) -> int:
+    """`--grid real` (see `real.py`): load the corpora, run every cell, write matrix.json/.md."""
+    from mars_openhands.matrix import real
+    try:
+        if args.profile is not None:
+            raise GridError("--profile: the real grid runs its own profiles (" + ", ".join(real.PROFILES) + ")")
+        policies = _policies(args.policies)
+        seeds = _seeds(args.seeds) or [1]
+        claim(args.out, RunSpec("bench-matrix", {"grid": "real", "policies": policies, "seeds": seeds},
+                                inputs=("grid",), writes=MATRIX_WRITES, resumable=False), replace=args.replace)
+        dirs = {"claude-code": args.weka_traces, "swe-agent": args.swe_agent_runs}
+        for c in real.CORPORA:
+            real.corpus_dir(c, dirs[c.name])
+    except (GridError, real.RealGridError, RunFolderError) as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"{PROG}: error: --out: cannot create {args.out}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    n = len(real.cells(seeds))
+    print(f"real: {n // len(seeds)} cells x {len(seeds)} seed(s) ({', '.join(map(str, seeds))}) x {len(policies)} "
+          f"policies ({', '.join(policies)}) + the clairvoyant bound, {args.jobs} job(s), "
+          f"load average {os.getloadavg()[0]:.2f}", flush=True)
+    t0 = time.perf_counter()
+    try:
+        entries = real.run_real(seeds, dirs, policies, args.out, jobs=args.jobs, write=_write_json,
+                                log=lambda s: print(s, flush=True))
+    except real.RealGridError as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted; finished cells are in {args.out / 'matrix.json'}", file=sys.stderr)
+        return 130
+    text = report.write(entries, args.out)
+    loads = real.load_table(entries)
+    (args.out / "matrix.md").write_text(f"{text}\n\n## Per load: MARS / best baseline\n\n{loads}\n")
+    print(f"\n{text}\n\n{loads}\n\n{len(entries)} cell runs in {time.perf_counter() - t0:.0f} s "
+          f"(load average {os.getloadavg()[0]:.2f}); {args.out / 'matrix.json'}, {args.out / 'heatmap.png'}")
+    print(report.worst_line(entries))
+    return 0
+
+
 def main(argv: Iterable[str] | None = None) -> int:
     ap = _parser()
     args = ap.parse_args(None if argv is None else list(argv))
     if args.jobs < 1:
         ap.error(f"--jobs: must be >= 1, got {args.jobs}")
+    if _is_real(args):
+        return _main_real(args)
     try:
         grid = load_grid(args.grid if args.grid else builtin_grid("quick" if args.quick else "full"))
         if args.profile is not None:

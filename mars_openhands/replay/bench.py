@@ -181,6 +181,32 @@ def _model_max_len(model: Path) -> int | None:
         return None
 
 
+def _kv_bytes_per_token(model: Path) -> int | None:
+    """KV bytes one token takes in `model` (K and V, every layer, its dtype), from config.json."""
+    try:
+        cfg = json.loads((model / "config.json").read_text())
+        heads = int(cfg.get("num_key_value_heads") or cfg["num_attention_heads"])
+        head_dim = int(cfg.get("head_dim") or int(cfg["hidden_size"]) // int(cfg["num_attention_heads"]))
+        dtype = str(cfg.get("dtype") or cfg.get("torch_dtype") or "bfloat16")
+        return 2 * int(cfg["num_hidden_layers"]) * heads * head_dim * (4 if dtype == "float32" else 2)
+    except (OSError, ValueError, TypeError, KeyError, ZeroDivisionError):
+        return None
+
+
+def check_kv_fits(model: Path, kv_bytes: int | None, max_len: int) -> None:
+    """vLLM refuses to start (a traceback) when one sequence of `max_len` tokens does not fit its KV
+    cache: say so before starting it, with the size that would do."""
+    per_token = _kv_bytes_per_token(model)
+    if kv_bytes is None or per_token is None:
+        return
+    tokens = kv_bytes // per_token
+    if tokens < max_len:
+        raise BenchError(f"--kv-cache-memory-bytes {kv_bytes}: holds about {tokens} tokens of {model.name} "
+                         f"({per_token} bytes each) but the engine must hold one call of {max_len} "
+                         f"(--max-model-len: the longest turn, rounded up); give at least "
+                         f"{max_len * per_token * 11 // 10} bytes, or lower --token-scale")
+
+
 def _flag_value(args: list[str], flag: str) -> str | None:
     """The value of `flag` in a vLLM argument list (`--f V` or `--f=V`), None if absent."""
     for i, a in enumerate(args):
@@ -246,6 +272,7 @@ def make_plan(args: argparse.Namespace, vllm_extra: list[str]) -> BenchPlan:
                          f"got {_flag_value(flags, '--max-model-len')!r}") from None
     if max_len < longest:
         raise BenchError(f"--max-model-len {max_len}: the longest turn needs {longest} tokens")
+    check_kv_fits(args.model, args.kv_cache_memory_bytes, max_len)
     return BenchPlan(names, sessions, label, space, shapes, flags, max_len, cores)
 
 

@@ -237,7 +237,7 @@ def build_profile(args: argparse.Namespace, facts: EngineFacts, costs: EngineCos
     name = args.name or f"calibrated-{Path(facts.model).name}"
     base = Profile(name=name, kv_blocks=facts.kv_blocks, block_size=facts.block_size,
                    max_num_batched_tokens=args.max_num_batched_tokens or mnbt, max_num_seqs=args.max_num_seqs or mns,
-                   tool_workers=workers, a=0.0, b=0.0, c=0.0,
+                   tool_workers=workers, a=0.0, b=0.0, c=0.0, max_model_len=facts.max_model_len,
                    description=f"{facts.model} at {args.url}, calibrated {datetime.date.today().isoformat()}")
     return costs.as_profile(base)
 

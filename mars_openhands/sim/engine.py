@@ -47,6 +47,7 @@ from mars_openhands.events import (
 )
 from mars_openhands.sim.batch import BatchRunner, DecodeRun
 from mars_openhands.sim.clock import ARRIVE, TOOL_DONE, WAKE, EventQueue
+from mars_openhands.sim.closed_loop import ClosedLoop
 from mars_openhands.sim.entities import EnginePin, SimRequest, SimSession
 from mars_openhands.sim.kv import INF, BlockPool
 from mars_openhands.sim.pins import PinKeeper
@@ -74,7 +75,7 @@ class Engine:
                  tool_workers: int, kv_blocks: int,
                  progress: Callable[[int, int], None] | None = None,
                  on_event: Callable[[Event], None] | None = None, check: bool = False,
-                 fast_forward: bool = True, steady: bool = True) -> None:
+                 fast_forward: bool = True, steady: bool = True, concurrency: int | None = None) -> None:
         self.p = profile
         self.bs = profile.block_size
         self.policy = policy
@@ -104,6 +105,8 @@ class Engine:
         self._ticks = policy.admission_interval_s is not None
         self._wake_at: float = INF
         self.sessions = [self._new_session(t) for t in sessions]
+        #: closed-loop arrivals (`closed_loop.py`); None: each session at its trace arrival time
+        self.loop = None if concurrency is None else ClosedLoop(self.sessions, concurrency)
 
     def _new_session(self, trace: SessionTrace) -> SimSession:
         cap = self.pool.total * self.bs
@@ -127,7 +130,12 @@ class Engine:
     # ---- the event loop -------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Schedule every session's arrival (`run` does it; tests drive steps by hand after it)."""
+        """Schedule every session's arrival (`run` does it; tests drive steps by hand after it); in a
+        closed loop, the first users' sessions at time 0."""
+        if self.loop is not None:
+            for s in self.loop.start():
+                self.events.push(0.0, ARRIVE, s)
+            return
         for s in self.sessions:
             self.events.push(s.trace.arrival_s, ARRIVE, s)
 
@@ -186,7 +194,7 @@ class Engine:
             if kind == TOOL_DONE:
                 self._tool_done(cast(ToolJob, obj))
             elif kind == ARRIVE:
-                self._submit_turn(cast(SimSession, obj))
+                self._on_arrival(cast(SimSession, obj))
             elif self._wake_at <= et:
                 self._wake_at = INF
         self._advance(t)
@@ -217,7 +225,9 @@ class Engine:
         preemptions = self.counters.preemptions
         scheduled = sched.schedule(now)
         if scheduled is None:
-            return False
+            # A step that only preempted (vLLM admits nothing in such a step) changed what the next
+            # one can do; otherwise the engine waits for an event.
+            return self.counters.preemptions != preemptions
         if scheduled.decode_only and not scheduled.admitted and self.fast_forward:
             m = self.decode_run.steps(sched.running, now, self._horizon())
             if m > 1:
@@ -337,6 +347,15 @@ class Engine:
         self.backlog = keep
         return True
 
+    def _on_arrival(self, s: SimSession) -> None:
+        """An ARRIVE event: a session's first turn, or (replicas) a call routed here."""
+        if s.k == 0:
+            s.arrival_s = self.now
+        if self.loop is not None:
+            for delay, dep in self.loop.arrived(s):
+                self.events.push(self.now + delay, ARRIVE, dep)
+        self._submit_turn(s)
+
     def _submit_turn(self, s: SimSession) -> None:
         now, k, tr, pol = self.now, s.k, s.trace, self.policy
         turn = tr.turns[k]
@@ -393,6 +412,8 @@ class Engine:
             self.pins.release_policy_pins(self._emit(SessionEnded(s.sid, now)), now)
             s.finish_s = now
             self.counters.done += 1
+            if self.loop is not None and (nxt := self.loop.finished(s)) is not None:
+                self.events.push(now, ARRIVE, nxt)
             if self.progress is not None:
                 self.progress(self.counters.done, len(self.sessions))
 

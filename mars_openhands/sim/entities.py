@@ -11,8 +11,8 @@ from mars_openhands.workload.trace import SessionTrace
 
 
 class SimSession:
-    __slots__ = ("trace", "sid", "k", "sys_blocks", "sys_chain", "segments", "parked", "finish_s",
-                 "recomputed")
+    __slots__ = ("trace", "sid", "k", "sys_blocks", "sys_chain", "segments", "parked", "arrival_s",
+                 "finish_s", "recomputed")
 
     def __init__(self, trace: SessionTrace, sys_blocks: int, sys_chain: Chain | None) -> None:
         self.trace = trace
@@ -23,6 +23,7 @@ class SimSession:
         #: The session's own context after the system prompt: (chain, first block position) runs.
         self.segments: list[tuple[Chain, int]] = []
         self.parked: SimRequest | None = None
+        self.arrival_s = trace.arrival_s    # when it arrived (closed loop: when its user was free)
         self.finish_s: float | None = None
         self.recomputed = 0                 # prefill tokens this session computed again
 

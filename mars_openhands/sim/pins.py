@@ -98,11 +98,18 @@ class PinKeeper:
         return dropped
 
     def drop_deferred(self, waiting: Iterable[SimRequest], r: SimRequest, now: float) -> bool:
-        """With nothing running, pins kept for other waiting calls' lookups must not block `r`."""
+        """With nothing running, pins kept for other waiting calls' lookups must not block `r`; nor,
+        last, its own: a call as big as the cache (a condensed real session) cannot be allocated
+        beside its previous turn's pin when that context is not its prefix, and nothing else would
+        ever release it."""
         dropped = False
         for w in waiting:
             if w is not r and w.resume_pin is not None:
                 ep, w.resume_pin = w.resume_pin, None
                 self.release(ep, now)
                 dropped = True
+        if not dropped and r.resume_pin is not None:
+            ep, r.resume_pin = r.resume_pin, None
+            self.release(ep, now)
+            dropped = True
         return dropped

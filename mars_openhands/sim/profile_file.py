@@ -22,7 +22,8 @@ _INTS = ("kv_blocks", "block_size", "max_num_batched_tokens", "max_num_seqs", "t
 _REQUIRED_FLOATS = ("a", "b", "c")
 _OPTIONAL_FLOATS = ("d", "e", "w_dense", "w_expert", "expert_fraction")
 _STRINGS = ("name", "description")
-FIELDS = _STRINGS + _INTS + _REQUIRED_FLOATS + _OPTIONAL_FLOATS
+_OPTIONAL_INTS = ("max_model_len",)      # null or absent: no limit but the KV cache
+FIELDS = _STRINGS + _INTS + _OPTIONAL_INTS + _REQUIRED_FLOATS + _OPTIONAL_FLOATS
 
 
 class ProfileFileError(ValueError):
@@ -94,6 +95,11 @@ def _parse(path: Path, raw: dict[str, Any]) -> Profile:
             raise bad(k, "missing")
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise bad(k, f"expected an integer >= 1, got {v!r}")
+        values[k] = v
+    for k in _OPTIONAL_INTS:
+        v = raw.get(k)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+            raise bad(k, f"expected an integer >= 1 or null, got {v!r}")
         values[k] = v
     for k in _REQUIRED_FLOATS + _OPTIONAL_FLOATS:
         if k not in raw:

@@ -46,6 +46,8 @@ class Profile:
     w_expert: float = 0.0       # weight read of all experts
     expert_fraction: float = 1.0   # k/E: experts a token activates / experts in a layer
     description: str = ""
+    #: the model's context limit (vLLM's max_model_len: prompt + reply of one call); None: the KV cache's
+    max_model_len: int | None = None
 
     def __post_init__(self) -> None:
         for f in ("kv_blocks", "block_size", "max_num_batched_tokens", "max_num_seqs", "tool_workers"):
@@ -54,6 +56,8 @@ class Profile:
         for f in ("a", "b", "c", "d", "e", "w_dense", "w_expert"):
             if getattr(self, f) < 0:
                 raise ValueError(f"profile {self.name}: {f} must be >= 0, got {getattr(self, f)}")
+        if self.max_model_len is not None and self.max_model_len < 1:
+            raise ValueError(f"profile {self.name}: max_model_len must be >= 1, got {self.max_model_len}")
         if not 0 < self.expert_fraction <= 1:
             raise ValueError(f"profile {self.name}: expert_fraction must be in (0, 1]")
 
@@ -95,6 +99,7 @@ _PEAK_FLOPS = 989e12                    # H100/H200 SXM dense BF16 (same GH100 c
 _LINEAR_MFU = 0.4                       # -> 60k tok/s at short context (docs/workload.md: 30-60k tok/s)
 _ATTN_MFU = 0.6                         # flash-attention kernels run closer to peak (assumed)
 _STEP_OVERHEAD = 1.0e-3                 # fits TPOT 13.2 ms at 10 x (2048 in / 1024 out) on H100
+_MAX_MODEL_LEN = 262_144                # the model card's native context (config max_position_embeddings)
 
 
 def _gpu(name: str, hbm_bytes_per_s: float, kv_tokens: int, tool_workers: int, what: str) -> Profile:
@@ -108,7 +113,7 @@ def _gpu(name: str, hbm_bytes_per_s: float, kv_tokens: int, tool_workers: int, w
         c=_ATTN_FLOP / (_PEAK_FLOPS * _ATTN_MFU),
         e=_KV_BYTES_PER_TOKEN / bw,
         w_dense=_DENSE_BYTES / bw, w_expert=_EXPERT_BYTES / bw, expert_fraction=8 / 128,
-        description=what)
+        description=what, max_model_len=_MAX_MODEL_LEN)
 
 
 PROFILES: dict[str, Profile] = {

@@ -45,13 +45,16 @@ def run_simulation(sessions: Sequence[SessionTrace], profile: Profile | str, pol
                    progress: Callable[[int, int], None] | None = None,
                    on_event: Callable[[Event], None] | None = None,
                    check: bool = False,
-                   make_policy: Callable[[EngineShape], Policy] | None = None) -> RunResult:
+                   make_policy: Callable[[EngineShape], Policy] | None = None,
+                   concurrency: int | None = None) -> RunResult:
     """Simulate `policy_name` serving `sessions` on `profile`; deterministic for a given input.
 
     `tool_workers` / `kv_blocks` override the profile's; `progress(done, total)` is called as
     sessions complete; `on_event` sees every event the policy sees (tests, recorders);
     `check` verifies the KV invariants after every step (slow; tests); `make_policy` builds a
-    policy that is not in the registry (a bound), `policy_name` then only labels the result.
+    policy that is not in the registry (a bound), `policy_name` then only labels the result;
+    `concurrency` replays the sessions in a closed loop of that many users (`closed_loop.py`), their
+    arrival times then being when a user was free.
     """
     prof = get_profile(profile)
     if not sessions:
@@ -66,7 +69,7 @@ def run_simulation(sessions: Sequence[SessionTrace], profile: Profile | str, pol
     shape = EngineShape(blocks, prof.block_size, workers)
     policy = make_policy(shape) if make_policy is not None else build_policy(policy_name, shape)
     engine = Engine(ordered, prof, policy, tool_workers=workers, kv_blocks=blocks, progress=progress,
-                    on_event=on_event, check=check)
+                    on_event=on_event, check=check, concurrency=concurrency)
     # The engine allocates millions of short-lived objects and builds no garbage cycles worth
     # collecting mid-run; the cyclic collector's passes cost ~10% of the run time.
     gc_was_enabled = gc.isenabled()
@@ -76,7 +79,7 @@ def run_simulation(sessions: Sequence[SessionTrace], profile: Profile | str, pol
     finally:
         if gc_was_enabled:
             gc.enable()
-    results = [SessionResult(s.sid, s.trace.arrival_s, s.finish_s, ideal_latency(s.trace, prof),
+    results = [SessionResult(s.sid, s.arrival_s, s.finish_s, ideal_latency(s.trace, prof),
                              len(s.trace.turns)) for s in engine.sessions]
     c = engine.counters
     return RunResult(policy=policy_name, sessions=results,

@@ -299,3 +299,24 @@ def test_each_prediction_of_best_over_mars_is_set_against_the_measured_median():
     assert forecast == {"sim": {"mean": 1.5, "p95": 1.0}}
     assert prediction_lines(forecast, 1.2, 1.0) == ["  sim: 1.50x (+25%) / 1.00x (+0%)"]
     assert prediction_lines({"x": {"mean": None, "p95": 0.9}}, None, None) == ["  x: - / 0.90x"]
+
+
+
+def test_a_kv_cache_too_small_for_the_longest_turn_is_refused_before_any_engine_starts(tmp_path, capsys,
+                                                                                      monkeypatch):
+    d = tmp_path / "model"
+    d.mkdir()
+    # 2 layers x 4 KV heads x 64 x 2 (K, V) x 2 bytes: 2,048 bytes of KV per token
+    (d / "config.json").write_text(json.dumps({"vocab_size": 300, "max_position_embeddings": 4096,
+                                               "num_hidden_layers": 2, "num_attention_heads": 4,
+                                               "num_key_value_heads": 4, "head_dim": 64, "dtype": "bfloat16"}))
+
+    def no_engine(*_a, **_k):
+        raise AssertionError("an engine was started")
+    monkeypatch.setattr(server_mod, "serve_command", no_engine)
+    rc = bench.main([*SMALL, "--policies", "fcfs", "--model", str(d), "--kv-cache-memory-bytes", "100000",
+                     "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("error:") == 1
+    assert re.search(r"--kv-cache-memory-bytes 100000: holds about 48 tokens of model \(2048 bytes each\) but "
+                     r"the engine must hold one call of \d+", err)

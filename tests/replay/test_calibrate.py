@@ -32,6 +32,7 @@ def test_calibrate_writes_a_profile_the_simulator_loads(vllm_like, tmp_path, cap
     profile = load_profile(out)
     assert profile.name == "calibrated-fake-model"
     assert (profile.kv_blocks, profile.block_size) == (499, 16)         # vLLM's null block left out
+    assert profile.max_model_len == 2048                                # as /v1/models reports it
     assert (profile.max_num_batched_tokens, profile.max_num_seqs) == calibrate.DEVICE_DEFAULTS["cpu"]
     assert profile.step_s(0, 0, 1, 150) >= 0.0005     # a decode step: the fake sleeps 1 ms per token
     prov = json.loads(out.read_text())["provenance"]

@@ -41,6 +41,12 @@ def test_optional_fields_default_and_the_name_defaults_to_the_file(tmp_path):
     path = _write(tmp_path, {"format": FORMAT, "profile": _profile(name=None, e=2e-7)}, "mine.json")
     p = load_profile(path)
     assert p == Profile("mine", 10, 16, 512, 8, 2, a=0.01, b=1e-4, c=0.0, e=2e-7)
+    assert p.max_model_len is None
+
+
+def test_max_model_len_is_read(tmp_path):
+    path = _write(tmp_path, {"format": FORMAT, "profile": _profile(max_model_len=4096)})
+    assert load_profile(path).max_model_len == 4096
 
 
 @pytest.mark.parametrize("doc, message", [
@@ -58,6 +64,7 @@ def test_optional_fields_default_and_the_name_defaults_to_the_file(tmp_path):
     ({"format": FORMAT, "profile": _profile(speed=3)}, "profile.speed: unknown field"),
     ({"format": FORMAT, "profile": _profile(name=3)}, "profile.name: expected a string"),
     ({"format": FORMAT, "profile": _profile(expert_fraction=2.0)}, "expert_fraction must be in (0, 1]"),
+    ({"format": FORMAT, "profile": _profile(max_model_len=0)}, "profile.max_model_len: expected an integer >= 1"),
 ])
 def test_bad_files_name_the_file_and_field(tmp_path, doc, message):
     path = _write(tmp_path, doc)

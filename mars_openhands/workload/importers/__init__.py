@@ -1,6 +1,6 @@
 """Converters from public coding-agent trace formats to `mars-trace/1` (`mars-openhands import-trace`).
 
-One module per format (`weka`, `tracelab`); what they share: reading records with their file and
+One module per format (`weka`, `tracelab`, `swe_agent`); what they share: reading records with their file and
 line (`source`), collecting every problem before failing (`errors`), arrival times (`arrivals`) and
 the user's choices with the wait tool calls (`options`). See docs/workload.md "Importing real traces".
 """
@@ -11,6 +11,7 @@ from pathlib import Path
 
 from mars_openhands.workload.importers.errors import ImportFailed, Problems
 from mars_openhands.workload.importers.options import ImportOptions
+from mars_openhands.workload.importers.swe_agent import read_swe_agent
 from mars_openhands.workload.importers.tracelab import read_tracelab
 from mars_openhands.workload.importers.weka import read_weka
 from mars_openhands.workload.trace import SessionTrace
@@ -18,7 +19,7 @@ from mars_openhands.workload.trace import SessionTrace
 Reader = Callable[[Path, ImportOptions, Problems], list[SessionTrace]]
 
 #: format name -> its reader
-FORMATS: dict[str, Reader] = {"weka": read_weka, "tracelab": read_tracelab}
+FORMATS: dict[str, Reader] = {"weka": read_weka, "tracelab": read_tracelab, "swe-agent": read_swe_agent}
 
 __all__ = ["FORMATS", "ImportFailed", "ImportOptions", "import_trace"]
 

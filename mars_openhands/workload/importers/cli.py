@@ -38,20 +38,31 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--subagents", choices=("session", "drop"), default="session",
                    help="Weka sub-agent groups: sessions of their own (default) or dropped")
     p.add_argument("--rate", type=_rate, default=None,
-                   help=f"Poisson arrivals, sessions/s, for formats without arrival times (weka; default "
+                   help=f"Poisson arrivals, sessions/s, for formats without arrival times (weka, swe-agent; default "
                         f"{DEFAULT_RATE}); TraceLab keeps its recorded ones (retime with simulate --rate)")
     p.add_argument("--seed", type=int, default=0, help="seed of the Poisson arrivals (default 0)")
+    real = p.add_argument_group("real corpora (docs/workload.md, 'Real traffic')")
+    real.add_argument("--numbers", choices=("all", "even", "odd"), default="all",
+                      help="weka: read only the session files whose number is even or odd (default all); "
+                           "the even Claude Code sessions are the tuning set, the odd ones stay unread")
+    real.add_argument("--max-gap", type=_rate, default=None, metavar="S",
+                      help="cap each wait between calls at S seconds (default: as recorded)")
     return p
 
 
 def main(argv: Iterable[str] | None = None) -> int:
     args = _parser().parse_args(None if argv is None else list(argv))
     try:
+        if args.format != "weka" and args.numbers != "all":
+            raise ImportFailed("--numbers: only for --format weka (its files are numbered sessions)")
+        if args.format == "tracelab" and args.max_gap is not None:
+            raise ImportFailed("--max-gap: for weka and swe-agent (TraceLab keeps its recorded times)")
         if args.format == "tracelab" and args.rate is not None:
             raise ImportFailed("--rate: TraceLab sessions keep their recorded arrivals; "
                                "retime them with `simulate --trace OUT --rate R`")
         opts = ImportOptions(human=args.human, subagents=args.subagents,
-                             rate=args.rate or DEFAULT_RATE, seed=args.seed)
+                             rate=args.rate or DEFAULT_RATE, seed=args.seed, numbers=args.numbers,
+                             max_gap_s=args.max_gap)
         sessions = import_trace(args.format, args.file, opts)
         if not args.out.parent.is_dir():
             raise ImportFailed(f"--out: directory {args.out.parent} does not exist")

@@ -25,6 +25,16 @@ class ImportOptions:
     #: Poisson arrival rate (sessions/s) for formats without arrival times
     rate: float = 0.2
     seed: int = 0
+    #: Weka: the session files read, by the number in their name (`trace_0042.json`: 42). The
+    #: even-numbered Claude Code sessions are this project's tuning set; the odd ones stay unread
+    #: so that they remain a fair check (docs/workload.md)
+    numbers: Literal["all", "even", "odd"] = "all"
+    #: cap on each wait between calls (s), as trace replayers cap idle time; None: as recorded
+    max_gap_s: float | None = None
+
+    def gap(self, seconds: float) -> float:
+        """A recorded wait under `max_gap_s`."""
+        return seconds if self.max_gap_s is None else min(seconds, self.max_gap_s)
 
 
 def wait_call(name: str, duration_s: float) -> ToolCall:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import gzip
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
@@ -21,25 +21,27 @@ def _open(path: Path) -> IO[str]:
     return gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else path.open(encoding="utf-8")
 
 
-def _files(path: Path) -> list[Path]:
+def _files(path: Path, keep: Callable[[Path], bool] | None) -> list[Path]:
     if not path.is_dir():
         return [path]
     files = sorted(p for p in path.iterdir() if p.is_file() and p.name.endswith(_SUFFIXES))
     if not files:
         raise ImportFailed(f"{path}: no trace files (*{', *'.join(_SUFFIXES)}) in the directory")
-    return files
+    return files if keep is None else [f for f in files if keep(f)]
 
 
 def _whole_document(path: Path) -> bool:
     return path.name.endswith((".json", ".json.gz"))
 
 
-def records(path: Path, problems: Problems) -> Iterator[tuple[Where, Mapping[str, Any]]]:
+def records(path: Path, problems: Problems, keep: Callable[[Path], bool] | None = None
+            ) -> Iterator[tuple[Where, Mapping[str, Any]]]:
     """Every JSON object of `path` with its location; a line that is not one is a recorded problem.
+    In a directory, only the files `keep` accepts are opened.
 
     Raises `ImportFailed` at once if a file cannot be read at all.
     """
-    for file in _files(path):
+    for file in _files(path, keep):
         try:
             with _open(file) as f:
                 if _whole_document(file):

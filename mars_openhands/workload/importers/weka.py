@@ -19,11 +19,15 @@ becomes sessions:
 - `hash_ids` are scoped per session (`hash_id_scope: "local"`), so they cannot show what sessions
   share; the tool schemas, sent first, can: sessions declaring the same `tool_tokens` get the
   system prompt id `weka:tools:<tool_tokens>` over that many tokens;
-- arrivals: the format has none; sessions arrive in file order, Poisson at the chosen rate.
+- arrivals: the format has none; sessions arrive in file order, Poisson at the chosen rate;
+- `numbers` (`--numbers even|odd`) reads only the files whose number (the last digits of the
+  name, `trace_0042.json`: 42) is even or odd: the odd ones are never opened; `max_gap_s` caps
+  each wait between calls (as kv-cache-tester's replayer caps delays, `--max-delay`, 600 s).
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -182,7 +186,7 @@ def _sessions_of(chain: _Chain, start_s: float, block_size: int, source: str,
         cut = False
         if k + 1 < len(reqs):
             nxt, group_between = reqs[k + 1]
-            gap = at(nxt) - (at(r) + r.api_time)
+            gap = opts.gap(at(nxt) - (at(r) + r.api_time))
             if r.stop == "end_turn":
                 cut = opts.human == "split"
                 tool = None if cut else wait_call("human", gap)
@@ -210,11 +214,31 @@ def _sub_chain(parent: _Chain, g: _Group) -> _Chain:
     return _Chain(f"{parent.session_id}/{g.agent_id}", g.items, offset, g.tool_tokens)
 
 
+def file_number(path: Path) -> int | None:
+    """The number a session file's name ends with (`trace_0042.json`: 42), or None."""
+    digits = re.search(r"(\d+)\D*$", path.name.split(".")[0])
+    return None if digits is None else int(digits.group(1))
+
+
+def _selector(opts: ImportOptions, problems: Problems) -> Callable[[Path], bool] | None:
+    if opts.numbers == "all":
+        return None
+    want = 0 if opts.numbers == "even" else 1
+
+    def keep(f: Path) -> bool:
+        n = file_number(f)
+        if n is None:
+            problems.add(f"{f}: --numbers {opts.numbers}: the file name holds no number")
+            return False
+        return n % 2 == want
+    return keep
+
+
 def read_weka(path: Path, opts: ImportOptions, problems: Problems) -> list[SessionTrace]:
     """The sessions of a Weka trace (file or directory); problems are recorded, not raised."""
     parsed: list[_Session] = []
     seen: dict[str, Where] = {}
-    for where, obj in records(path, problems):
+    for where, obj in records(path, problems, _selector(opts, problems)):
         s = _session(where, obj)
         if s is None:
             continue
