@@ -40,6 +40,17 @@ def ideal_latency(trace: SessionTrace, profile: Profile) -> float:
     return total
 
 
+def host_size(prof: Profile, tool_workers: int | None, kv_blocks: int | None) -> tuple[int, int]:
+    """(tool workers, KV blocks): the profile's unless overridden, each at least 1."""
+    workers = prof.tool_workers if tool_workers is None else tool_workers
+    blocks = prof.kv_blocks if kv_blocks is None else kv_blocks
+    if workers < 1:
+        raise ValueError(f"tool_workers must be >= 1, got {workers}")
+    if blocks < 1:
+        raise ValueError(f"kv_blocks must be >= 1, got {blocks}")
+    return workers, blocks
+
+
 def run_simulation(sessions: Sequence[SessionTrace], profile: Profile | str, policy_name: str, *,
                    tool_workers: int | None = None, kv_blocks: int | None = None,
                    progress: Callable[[int, int], None] | None = None,
@@ -59,12 +70,7 @@ def run_simulation(sessions: Sequence[SessionTrace], profile: Profile | str, pol
     prof = get_profile(profile)
     if not sessions:
         raise ValueError("run_simulation: no sessions")
-    workers = prof.tool_workers if tool_workers is None else tool_workers
-    blocks = prof.kv_blocks if kv_blocks is None else kv_blocks
-    if workers < 1:
-        raise ValueError(f"tool_workers must be >= 1, got {workers}")
-    if blocks < 1:
-        raise ValueError(f"kv_blocks must be >= 1, got {blocks}")
+    workers, blocks = host_size(prof, tool_workers, kv_blocks)
     ordered = sorted(sessions, key=lambda s: (s.arrival_s, s.session_id))
     shape = EngineShape(blocks, prof.block_size, workers)
     policy = make_policy(shape) if make_policy is not None else build_policy(policy_name, shape)

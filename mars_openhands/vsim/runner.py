@@ -9,7 +9,7 @@ from pathlib import Path
 from mars_openhands.core.registry import policy_names
 from mars_openhands.results import RunResult, SessionResult
 from mars_openhands.sim.profiles import Profile, get_profile
-from mars_openhands.sim.runner import ideal_latency
+from mars_openhands.sim.runner import host_size, ideal_latency
 from mars_openhands.vsim.build import build_scheduler, hash_fn, scheduler_class
 from mars_openhands.vsim.engine import VllmEngine
 from mars_openhands.vsim.tokens import ReusingHasher
@@ -33,12 +33,7 @@ def run_vllm_simulation(sessions: Sequence[SessionTrace], profile: Profile | str
         raise ValueError("run_vllm_simulation: no sessions")
     if policy_name not in policy_names():
         raise ValueError(f"unknown policy {policy_name!r}; known: {', '.join(policy_names())}")
-    workers = prof.tool_workers if tool_workers is None else tool_workers
-    blocks = prof.kv_blocks if kv_blocks is None else kv_blocks
-    if workers < 1:
-        raise ValueError(f"tool_workers must be >= 1, got {workers}")
-    if blocks < 1:
-        raise ValueError(f"kv_blocks must be >= 1, got {blocks}")
+    workers, blocks = host_size(prof, tool_workers, kv_blocks)
     cap = blocks * prof.block_size
     longest = 0
     for s in sessions:
