@@ -42,7 +42,7 @@ ALLOWED: dict[str, set[str]] = {
     "mars_openhands.openhands": _mars("client", "events", "protocol", "workload"),
     "mars_openhands.cli_args": _mars("core", "workload"),
     "mars_openhands.replay": _mars("cli_args", "cluster", "core", "events", "metrics", "plots", "procs", "protocol",
-                                   "repeats", "results", "run_folder", "sim", "vllm", "workload"),
+                                   "repeats", "results", "run_folder", "sim", "vllm", "vsim", "workload"),
     "mars_openhands.matrix": _mars("cli_args", "core", "events", "hints", "metrics", "plots", "results",
                                    "run_folder", "sim", "workload"),
     "mars_openhands.report": _mars("metrics", "openhands", "plots", "results", "sim", "workload"),
@@ -50,7 +50,7 @@ ALLOWED: dict[str, set[str]] = {
                                 "run_folder", "sim", "vsim", "workload"),
     "mars_openhands.cluster": _mars("core", "procs", "protocol", "stopping", "vllm"),
     # vLLM's own scheduler on the simulator's clock: a room above both engines
-    "mars_openhands.vsim": _mars("core", "events", "replay", "results", "sim", "vllm", "workload"),
+    "mars_openhands.vsim": _mars("core", "events", "results", "sim", "vllm", "workload"),
     # the edges: patches build on the OpenHands integration; the evaluation may use anything
     "runtime_patches": _mars("openhands"),
     "evaluation": {"runtime_patches"},

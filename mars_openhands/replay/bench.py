@@ -58,7 +58,6 @@ from mars_openhands.replay.client import ReplayConfig, Replayer
 from mars_openhands.replay.cores import CoreSplit
 from mars_openhands.replay.engine import CacheConfig, EngineClient
 from mars_openhands.replay.engine_costs import EngineCosts, ProbePlan, Samples, calibrate, fit_problems
-from mars_openhands.replay.prompts import ModelDirError, TokenSpace, TurnShape, plan_shapes, replayed_session
 from mars_openhands.replay.replicas import (
     Configuration,
     Failover,
@@ -75,6 +74,7 @@ from mars_openhands.run_folder import RunFolderError, RunSpec, args_identity, cl
 from mars_openhands.sim.profile_file import resolve_profile
 from mars_openhands.sim.profiles import Profile
 from mars_openhands.sim.routing import EVENT_MODES
+from mars_openhands.workload.prompts import ModelDirError, TokenSpace, TurnShape, plan_shapes, replayed_session
 
 if TYPE_CHECKING:
     from tqdm import tqdm

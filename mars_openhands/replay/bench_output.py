@@ -16,9 +16,9 @@ from mars_openhands.replay.accounting import account
 from mars_openhands.replay.client import ReplayOutcome, StatsDoc, stat_value
 from mars_openhands.replay.engine import CacheConfig
 from mars_openhands.replay.engine_costs import EngineCosts, Samples
-from mars_openhands.replay.prompts import TurnShape
 from mars_openhands.results import RunResult, SessionResult
 from mars_openhands.sim.profiles import Profile
+from mars_openhands.workload.prompts import TurnShape
 from mars_openhands.workload.trace import SessionTrace
 
 

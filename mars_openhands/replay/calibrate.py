@@ -43,9 +43,9 @@ from mars_openhands.replay.engine_costs import (
     fit_errors,
     fit_problems,
 )
-from mars_openhands.replay.prompts import ModelDirError, TokenSpace
 from mars_openhands.sim.profile_file import write_profile
 from mars_openhands.sim.profiles import Profile
+from mars_openhands.workload.prompts import ModelDirError, TokenSpace
 
 PROG = "mars-openhands calibrate"
 #: vLLM 0.32's API-server scheduler defaults (max_num_batched_tokens, max_num_seqs): on CPU, and on

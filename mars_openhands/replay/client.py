@@ -26,10 +26,10 @@ from mars_openhands.core.boundaries import INFERRED_TOOL
 from mars_openhands.core.model import TOOL_WAIT_EMA
 from mars_openhands.events import CpuTelemetry, Event, SessionEnded, ToolCancelled, ToolFinished, ToolStarted
 from mars_openhands.replay.engine import Completion, EngineClient, EngineError, EventSink
-from mars_openhands.replay.prompts import SessionPrompts, TokenSpace, TurnShape
 from mars_openhands.replay.tools import ToolPool
 from mars_openhands.replay.watchdog import CallKey, EngineActivity, Stall, StallWatchdog
 from mars_openhands.sim.routing import EVENT_MODES
+from mars_openhands.workload.prompts import SessionPrompts, TokenSpace, TurnShape
 from mars_openhands.workload.trace import SessionTrace
 
 

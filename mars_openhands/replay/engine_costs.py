@@ -33,8 +33,8 @@ import numpy as np
 
 from mars_openhands.events import SessionEnded
 from mars_openhands.replay.engine import EngineClient, EngineError
-from mars_openhands.replay.prompts import TokenSpace, TurnShape
 from mars_openhands.sim.profiles import Profile
+from mars_openhands.workload.prompts import TokenSpace, TurnShape
 
 
 @dataclass(frozen=True)

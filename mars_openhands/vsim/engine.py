@@ -27,7 +27,6 @@ from vllm.v1.request import Request
 
 from mars_openhands.core.model import TOOL_WAIT_EMA
 from mars_openhands.events import CpuTelemetry, Event, SessionEnded, ToolFinished, ToolStarted
-from mars_openhands.replay.prompts import TokenSpace
 from mars_openhands.sim.clock import ARRIVE, TOOL_DONE, EventQueue
 from mars_openhands.sim.engine import STALL_S, SimulationError
 from mars_openhands.sim.kv import INF
@@ -37,6 +36,7 @@ from mars_openhands.sim.tools import ToolJob, ToolPool
 from mars_openhands.vllm.adapter import PARKED_IDLE_S
 from mars_openhands.vllm.plugin import mars_events
 from mars_openhands.vsim.tokens import ReplyTokens, ReusingHasher, SessionTokens
+from mars_openhands.workload.prompts import TokenSpace
 from mars_openhands.workload.trace import SessionTrace
 
 #: Virtual seconds a loop turn that scheduled nothing takes: the adapter's nap with only held calls

@@ -17,7 +17,7 @@ from typing import Any
 
 from vllm.v1.core.kv_cache_utils import get_request_block_hasher
 
-from mars_openhands.replay.prompts import SessionPrompts, TokenSpace
+from mars_openhands.workload.prompts import SessionPrompts, TokenSpace
 from mars_openhands.workload.trace import SessionTrace
 
 

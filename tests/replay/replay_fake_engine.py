@@ -20,8 +20,8 @@ from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from mars_openhands.events import EventError, parse_batch
 from mars_openhands.replay.client import ReplayConfig, Replayer, ReplayOutcome
 from mars_openhands.replay.engine import EngineClient
-from mars_openhands.replay.prompts import TokenSpace
 from mars_openhands.replay.tools import ToolPool
+from mars_openhands.workload.prompts import TokenSpace
 from mars_openhands.workload.trace import SessionTrace
 
 VOCAB = 300

@@ -2,7 +2,7 @@
 from mars_openhands.replay.accounting import account
 from mars_openhands.replay.client import SessionRecord, TurnRecord
 from mars_openhands.replay.engine_costs import EngineCosts
-from mars_openhands.replay.prompts import TurnShape
+from mars_openhands.workload.prompts import TurnShape
 from mars_openhands.workload.trace import SessionTrace, Turn
 
 COSTS = EngineCosts(16, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)

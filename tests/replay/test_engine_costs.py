@@ -16,7 +16,7 @@ from mars_openhands.replay.engine_costs import (
     fit_problems,
     nonneg_lstsq,
 )
-from mars_openhands.replay.prompts import TokenSpace, TurnShape
+from mars_openhands.workload.prompts import TokenSpace, TurnShape
 
 TRUE = EngineCosts(block_size=16, prefill_a_s=0.01, prefill_per_token_s=2e-4, prefill_per_token_ctx_s=1e-8,
                    decode_step_s=0.004, decode_per_seq_s=0.001, decode_per_ctx_token_s=2e-7)

