@@ -5,6 +5,7 @@ and vLLM's own scheduler on its clock, `vsim`) and the tables comparing them wit
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import platform
 from collections.abc import Callable, Sequence
@@ -169,9 +170,16 @@ def _sim_engine(sessions: list[SessionTrace], profile: Profile, policy: str, eve
 def _vllm_engine(sessions: list[SessionTrace], profile: Profile, policy: str, events: str) -> RunResult:
     """vLLM's own scheduler on the simulator's clock (`simulate --engine vllm`): the policy's
     `--scheduler-cls` as served, the forward pass priced by the same profile; its host posts the
-    boundary events as the replay client does with `--events real`, the one mode it replays."""
+    boundary events as the replay client does with `--events real`, the one mode it replays. vLLM's
+    warnings about the config-only model it builds for every run (never executed) are kept quiet."""
     from mars_openhands.vsim import run_vllm_simulation
-    return run_vllm_simulation(sessions, profile, policy)
+    log = logging.getLogger("vllm")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        return run_vllm_simulation(sessions, profile, policy)
+    finally:
+        log.setLevel(level)
 
 
 #: The simulator engines `bench-engine` predicts with, by name (`--sim-engines`; default: each that
