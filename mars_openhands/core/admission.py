@@ -51,9 +51,12 @@ Tail: when the tool plane's cap (not W) binds, once a tick the oldest new sessio
 longer than each of the latest 20 new sessions admitted goes in past it, within the KV limits.
 
 Liveness: when, at a tick, no admitted session has a call in the engine and the tool plane is
-not overloaded, the head of the backlog is admitted whatever the limits say, so the engine never
-idles for more than one control period while work is parked. (With the tool plane overloaded,
-the idle engine is the bottleneck working: more sessions would only queue for tools.)
+not the bottleneck, the head of the backlog is admitted whatever the limits say, so the engine
+never idles for more than one control period while work is parked. The tool plane is the
+bottleneck when it is overloaded and was full (a call queued or every worker busy) in more than
+half the ticks of the last ~4 s: then the idle engine is the bottleneck working, and more
+sessions would only queue for tools. An overload that comes in bursts, with workers idle between
+the waves, is not: holding calls there left the engine idle 62 % of a run on 2 tool workers.
 
 Paper constants (MARS preview): the interval, W_min, 0.7 / +1, the watermarks, cpu_cap's, 50k
 tokens / 2 long sessions. There is no W_max unless configured (the preview's 30; OpenHands runs
@@ -96,6 +99,8 @@ class AimdAdmission(Admission):
         self._ticks = 0
         self._fruitless: tuple[int, int, int, int, int, float, int] | None = None   # see `select`
         self.tool_share = 1.0
+        #: EMA over the ticks of the tool plane being full (a call queued, or every worker busy).
+        self.tool_full = 1.0
         #: EMA of the tool calls the host runs at once while calls queue for it (None until they do).
         self.host_runs: float | None = None
 
@@ -139,9 +144,13 @@ class AimdAdmission(Admission):
         preempted = ctx.preemptions > self._preemptions_seen
         self._preemptions_seen = ctx.preemptions
         ws.refresh(ctx)
-        # Liveness: nothing admitted is in the engine. With the tool plane overloaded that is the
-        # bottleneck working, not idleness: more sessions would only queue for tools.
-        self._engine_idle = not p.cpu_overloaded and ws.in_engine == 0
+        cpu = ctx.cpu
+        full = cpu.full_runs is not None or cpu.tools_in_flight >= max(1, cpu.tool_workers)
+        self.tool_full += cfg.interval_s / cfg.tool_full_window_s * (float(full) - self.tool_full)
+        # Liveness: nothing admitted is in the engine. With the tool plane overloaded and full most
+        # of the last seconds, that is the bottleneck working, not idleness: more sessions would
+        # only queue for tools. A burst that overloads a plane idle between waves is not.
+        self._engine_idle = not self.tools_bottleneck and ws.in_engine == 0
         healthy = p.cpu_healthy and usage <= cfg.kv_low and not preempted
         if p.cpu_overloaded or p.kv_overloaded:
             self.window = max(cfg.w_min, math.floor(cfg.decrease * self.window))
@@ -164,6 +173,11 @@ class AimdAdmission(Admission):
         self.cpu_cap = cpu_cap if cfg.w_max is None else min(cpu_cap, cfg.w_max)
         if cfg.kv_window:
             self._move_kv_window(ctx)
+
+    @property
+    def tools_bottleneck(self) -> bool:
+        """The tool plane is overloaded and was full for most of the last `tool_full_window_s`."""
+        return self.pressure.cpu_overloaded and self.tool_full > self.config.tool_full_share
 
     def _move_kv_window(self, ctx: PolicyContext) -> None:
         ws = self.working_set
@@ -241,8 +255,8 @@ class AimdAdmission(Admission):
             self.working_set.add(s, ctx)
 
     def liveness_bound_s(self, ctx: PolicyContext) -> float | None:
-        """One control period, unless the tool plane is overloaded (see the module docstring)."""
-        return None if self.pressure.cpu_overloaded else self.interval_s
+        """One control period, unless the tool plane is the bottleneck (see the module docstring)."""
+        return None if self.tools_bottleneck else self.interval_s
 
     def suspend(self, s: Session, ctx: PolicyContext) -> bool:
         """True if `s`, at a turn boundary now, must give its place back (see the module docstring)."""
@@ -259,7 +273,8 @@ class AimdAdmission(Admission):
                 "kv_window_blocks": None if self.kv.blocks == math.inf else self.kv.blocks,
                 "kv_admit_window_blocks": None if self.kv.admit_blocks == math.inf else self.kv.admit_blocks,
                 "working_set_blocks": self.working_set.blocks,
-                "cpu_overloaded": p.cpu_overloaded, "kv_overloaded": p.kv_overloaded,
+                "cpu_overloaded": p.cpu_overloaded, "tool_full": self.tool_full,
+                "tools_bottleneck": self.tools_bottleneck, "kv_overloaded": p.kv_overloaded,
                 "kv_usage": p.kv_usage, "budget_blocks": p.budget_blocks,
                 "mode": self.balancer.mode, "long_in_flight": len(self.balancer.long_sessions),
                 "suspended": self.suspended, "idle_admits": self.idle_admits,

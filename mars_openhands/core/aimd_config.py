@@ -24,6 +24,12 @@ class AimdConfig:
     max_long_inflight: int = 2
     #: Off: admit by the session window only (the paper's control plane, for ablation).
     kv_window: bool = True
+    #: The tool plane is the bottleneck (an idle engine may stay idle) only while it was full, a
+    #: call queued or every worker busy, for more than `tool_full_share` of about the last
+    #: `tool_full_window_s` (an EMA over the ticks): an overload burst that leaves the workers
+    #: idle between waves does not hold calls back from an idle engine.
+    tool_full_window_s: float = 4.0
+    tool_full_share: float = 0.5
 
     def __post_init__(self) -> None:
         w_init = self.w_init if self.w_init is not None else self.w_min
@@ -37,6 +43,8 @@ class AimdConfig:
             ("kv_low < kv_high <= 1", 0 <= self.kv_low < self.kv_high <= 1.0),
             ("long_prefill_tokens > 0", self.long_prefill_tokens > 0),
             ("max_long_inflight >= 0", self.max_long_inflight >= 0),
+            ("tool_full_window_s >= interval_s", self.tool_full_window_s >= self.interval_s),
+            ("0 <= tool_full_share <= 1", 0.0 <= self.tool_full_share <= 1.0),
         ]
         for what, ok in checks:
             if not ok:

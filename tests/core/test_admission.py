@@ -490,6 +490,23 @@ def test_an_idle_engine_admits_the_head_within_one_control_period_whatever_the_w
     assert p.admit([s2], 0.8) == [s2]
 
 
+def test_an_idle_engine_is_held_for_overloaded_tools_only_while_they_stay_the_bottleneck():
+    """Overloaded tools hold the backlog from an idle engine only if the tool plane was full most
+    of the last seconds: a burst into a plane whose workers idled before does not."""
+    cfg = AimdConfig(w_init=4, w_max=4)
+    backlog = [Session("new", 0.0, 100, prompt_tokens=100)]
+    for idle_before, held in ((True, False), (False, True)):
+        a, ctx = AimdAdmission(cfg), ctx_with(workers=2, in_flight=0 if idle_before else 4)
+        bind(a, ctx, n=4)                            # the window is full, none of them in the engine
+        for _ in range(50):                          # 10 s: the workers idle, or busy with a queue
+            a.tick(ctx)
+        ctx.cpu.tools_in_flight = 4                  # 4 calls on 2 workers: overloaded either way
+        a.tick(ctx)
+        assert a.pressure.cpu_overloaded and a.tools_bottleneck is held
+        assert (a.liveness_bound_s(ctx) is None) is held
+        assert ids(a.select(backlog, ctx)) == ([] if held else ["new"])
+
+
 def test_a_sessionless_call_gives_its_slot_back_when_it_finishes():
     p = mars(w_init=4, w_max=4)
     backlog, reqs = [], []
