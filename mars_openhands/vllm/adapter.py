@@ -198,9 +198,10 @@ class MarsSchedulerMixin(_SchedulerBase):
         """Calls held outside vLLM's queues: (parked, in the overflow queue)."""
         return len(self._parked), len(self._window)
 
-    def resume_pins(self) -> list:
-        """Pins handed to resuming calls and not yet released (their prefix lookup is pending)."""
-        return list(self._table.resume_pins())
+    def pinned_blocks(self) -> int:
+        """Blocks the live pins hold, counted per pin: those the policy's table lists and those
+        handed to resuming calls whose prefix lookup is pending."""
+        return self._pins.pinned
 
     def _num_active(self) -> int:
         return len(self.running) + len(self.waiting) + len(self.kv_holding_waiting)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
+from operator import attrgetter
 from typing import TYPE_CHECKING, cast
 
 from mars_openhands.core import Pin, PinOffer, Policy
@@ -24,6 +25,52 @@ if TYPE_CHECKING:
 #: Counter of each pin-release reason whose name is not `pins_released_on_<reason>`.
 _PIN_COUNTERS = {"resume": "pins_resumed", "ttl": "pins_expired", "revoked": "pins_revoked"}
 
+_REF_CNT = attrgetter("ref_cnt")
+
+
+class PinnedBlocks:
+    """The blocks that live pins hold, grouped by how many pins hold each.
+
+    It changes only when a pin is taken or released, so it is kept as they happen. The count of
+    blocks only pins reference then reads each pinned block's ref count once, in C (`map`), and
+    does not rebuild the multiset from every pin at each control period.
+    """
+
+    def __init__(self) -> None:
+        self._holders: dict[int, int] = {}                           # block id -> pins holding it
+        self._by_holders: dict[int, dict[int, KVCacheBlock]] = {}    # k -> {id: block k pins hold}
+
+    def __len__(self) -> int:
+        """Distinct blocks pinned."""
+        return len(self._holders)
+
+    def add(self, blocks: Iterable[KVCacheBlock]) -> None:
+        for b in blocks:
+            self._move(b, self._holders.get(b.block_id, 0), 1)
+
+    def remove(self, blocks: Iterable[KVCacheBlock]) -> None:
+        for b in blocks:
+            self._move(b, self._holders[b.block_id], -1)
+
+    def _move(self, block: KVCacheBlock, k: int, step: int) -> None:
+        """`block`, held by `k` pins, is now held by `k + step`."""
+        i, groups = block.block_id, self._by_holders
+        if k:
+            group = groups[k]
+            del group[i]
+            if not group:
+                del groups[k]
+        k += step
+        if k:
+            self._holders[i] = k
+            groups.setdefault(k, {})[i] = block
+        else:
+            del self._holders[i]
+
+    def revocable(self) -> int:
+        """Blocks no request references: a block k pins hold whose ref count is k."""
+        return sum(list(map(_REF_CNT, group.values())).count(k) for k, group in self._by_holders.items())
+
 
 class PinKeeper:
     """Pins' blocks on one KV cache manager; `clock` and `history` are read at each use (tests swap
@@ -33,6 +80,8 @@ class PinKeeper:
                  clock: Callable[[], float], history: Callable[[], SessionHistory]) -> None:
         self.policy, self.kv, self.counters = policy, kv, counters
         self.clock, self.history = clock, history
+        self.held = PinnedBlocks()             # every live pin's blocks, in the policy's table or not
+        self.pinned = 0                        # their count per pin (a block two pins share: twice)
 
     def pinnable_blocks(self, rid: str) -> list[KVCacheBlock]:
         """The call's full, hashed, non-null blocks in all KV groups (what the next turn can hit)."""
@@ -44,6 +93,8 @@ class PinKeeper:
         """Pin `blocks` for the session as the policy offered."""
         self.kv.block_pool.touch(blocks)
         self.policy.record_pin(session_id, len(blocks), offer, now, handle=blocks)
+        self.held.add(blocks)
+        self.pinned += len(blocks)
         self.counters["pins_created"] += 1
         self.history().add(session_id, now, "pin_taken", len(blocks), offer.ttl_s)
 
@@ -56,6 +107,8 @@ class PinKeeper:
         if blocks is None:
             raise RuntimeError(f"pin of session {pin.session_id!r} released twice")
         pin.handle = None
+        self.held.remove(blocks)
+        self.pinned -= len(blocks)
         # A revoked pin's session is one the policy chose to stop retaining: on vLLM >= 0.34 its
         # blocks go to the front of the free queue, evicted before other cached blocks.
         free_blocks(self.kv.block_pool, reversed(blocks), evict_first=reason == "revoked")
@@ -75,13 +128,9 @@ class PinKeeper:
             self.release(pin, "revoked")
             yield
 
-    def revocable_blocks(self, resume_pins: Iterable[Pin]) -> int:
+    def revocable_blocks(self) -> int:
         """Blocks only pins reference (what revoking every pin frees): a block pinned k times is
         revocable iff its ref count is k, so pins sharing a prefix, or pinning what a running
-        call also holds, are not counted as capacity they cannot give back."""
-        pinned: dict[int, tuple[KVCacheBlock, int]] = {}
-        for pin in [*self.policy.pins(), *resume_pins]:
-            for b in cast("list[KVCacheBlock] | None", pin.handle) or ():
-                _, k = pinned.get(b.block_id, (b, 0))
-                pinned[b.block_id] = (b, k + 1)
-        return sum(1 for b, k in pinned.values() if b.ref_cnt == k)
+        call also holds, are not counted as capacity they cannot give back. Every live pin
+        counts, whether the policy's table lists it or a resuming call's prefix lookup waits on it."""
+        return self.held.revocable()

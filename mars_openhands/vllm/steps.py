@@ -55,7 +55,7 @@ class StepAccounting:
             self.next_demand_s = now + DEMAND_REFRESH_S
             pending = sum(r.num_tokens - r.num_computed_tokens for r in waiting)
             demand = -(-pending // block_size)
-            revocable = self.pins.revocable_blocks(self.table.resume_pins())
+            revocable = self.pins.revocable_blocks()
         policy.observe_kv(pool.get_num_free_blocks(), demand, revocable_blocks=revocable)
 
     def after_step(self, policy: Policy, out: SchedulerOutput, requests: dict[str, Request],

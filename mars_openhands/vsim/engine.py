@@ -193,7 +193,7 @@ class VllmEngine:
             return
         sched = self.sched
         dt = t - self.now
-        pinned = self._pinned_blocks()
+        pinned = sched.pinned_blocks()
         self.counters.pinned_block_seconds += pinned * dt
         held = self._held()
         if idle and sched.held_counts()[0] and not self._busy():
@@ -205,10 +205,6 @@ class VllmEngine:
             tl.fill_until(t, sched.mars.admission_window, 1.0 - pool.get_num_free_blocks() / total, pinned,
                           len(sched.running), len(sched.waiting) + len(sched.kv_holding_waiting) + held)
         self.now = t
-
-    def _pinned_blocks(self) -> int:
-        return cast(int, self.sched.mars.ctx.pins.total_blocks) + sum(
-            p.blocks for p in self.sched.resume_pins())
 
     def _host_until(self, t: float, idle: bool) -> None:
         """The host's happenings due by `t`, each at its time; then the clock is at `t`."""

@@ -116,4 +116,19 @@ class Harness:
         return self.sched.kv_cache_manager.block_pool.get_num_free_blocks()
 
 
-__all__ = ["BLOCK", "Harness", "make_request", "make_scheduler", "RequestStatus", "write_model_dir"]
+def rescanned_pins(pins) -> tuple[int, int, int, bool]:
+    """(blocks only pins reference, blocks per pin, distinct pinned blocks, whether two pins share
+    one) recounted from every pin's blocks."""
+    holders: dict[int, int] = {}
+    blocks = {}
+    per_pin = 0
+    for pin in pins:
+        per_pin += len(pin.handle)
+        for b in pin.handle:
+            holders[b.block_id] = holders.get(b.block_id, 0) + 1
+            blocks[b.block_id] = b
+    revocable = sum(1 for i, k in holders.items() if blocks[i].ref_cnt == k)
+    return revocable, per_pin, len(holders), any(k > 1 for k in holders.values())
+
+
+__all__ = ["BLOCK", "Harness", "make_request", "make_scheduler", "RequestStatus", "rescanned_pins", "write_model_dir"]

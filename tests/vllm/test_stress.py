@@ -18,7 +18,7 @@ from mars_openhands.core import policy_names  # noqa: E402
 from mars_openhands.events import SessionEnded, ToolCancelled, ToolFinished, ToolStarted  # noqa: E402
 from mars_openhands.vllm import scheduler as sched_mod  # noqa: E402
 
-from .harness import Harness, RequestStatus, make_request, make_scheduler  # noqa: E402
+from .harness import Harness, RequestStatus, make_request, make_scheduler, rescanned_pins  # noqa: E402
 
 pytestmark = pytest.mark.engine
 STEP_S = 0.05
@@ -44,6 +44,9 @@ def check_pool(s) -> None:
     assert free + in_use == pool.num_gpu_blocks - 1, "free queue and ref counts disagree"
     for pin in s.mars.ctx.pins:
         assert pin.handle is not None and all(b.ref_cnt >= 1 and not b.is_null for b in pin.handle)
+    # The kept count of what only pins hold: every live pin, the policy's and the resuming calls'.
+    revocable, per_pin, _, _ = rescanned_pins([*s.mars.ctx.pins, *s._table.resume_pins()])
+    assert s._pins.revocable_blocks() == revocable and s.pinned_blocks() == per_pin
 
 
 def stress(policy: str, sessions: int, seed: int, async_scheduling: bool = False) -> dict:
