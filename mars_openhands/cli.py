@@ -190,6 +190,7 @@ def _run_point(sessions: list[SessionTrace], trace_label: str, profile_name: str
 
     from mars_openhands import plots
     from mars_openhands.metrics import format_table, ideal_mean_e2e, stall_notes, summarize
+    from mars_openhands.sim.engine import SimulationError
     from mars_openhands.workload.trace import write_trace
 
     write_trace(out / "trace.jsonl", sessions)
@@ -206,8 +207,11 @@ def _run_point(sessions: list[SessionTrace], trace_label: str, profile_name: str
                 bar.update(base + min(done, len(sessions)) - bar.n)
 
             loop = {"concurrency": args.concurrency} if args.concurrency else {}
-            run = run_simulation(sessions, profile, name, tool_workers=args.tool_workers,
-                                 kv_blocks=args.kv_blocks, progress=progress, **loop)
+            try:
+                run = run_simulation(sessions, profile, name, tool_workers=args.tool_workers,
+                                     kv_blocks=args.kv_blocks, progress=progress, **loop)
+            except SimulationError as e:
+                raise CliError(f"policy {name}{label}: the run failed: {e}") from None
             bar.update(base + len(sessions) - bar.n)
             runs[name], summaries[name] = run, summarize(run, alpha=args.alpha)
     summary = {"trace": trace_label, "profile": profile_name,

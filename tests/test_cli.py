@@ -188,3 +188,21 @@ def test_simulate_names_a_bad_profile_file_and_field(fake, tmp_path, capsys):
     err = capsys.readouterr().err
     assert f"--profile: {path}: profile.block_size: missing" in err and "Traceback" not in err
     assert not fake.calls
+
+
+@pytest.mark.parametrize("engine", ["sim", "vllm", "both"])
+def test_a_failed_run_is_one_line_error_not_a_traceback(fake, tmp_path, capsys, monkeypatch, engine):
+    from mars_openhands.sim.engine import SimulationError
+
+    def stalls(*_a, **_kw):
+        raise SimulationError("stalled at t=3645.818: nothing scheduled for 3600 s")
+    if engine == "sim":
+        monkeypatch.setattr(cli, "_load_simulator", lambda: (stalls, {"test-profile": PROFILE}))
+    else:
+        vsim = pytest.importorskip("mars_openhands.vsim", reason="--engine vllm needs vLLM (engine environment)")
+        monkeypatch.setattr(vsim, "run_vllm_simulation", stalls)
+    rc = cli.main(["simulate", "--synthetic", "3", "--profile", "test-profile", "--policies", "mars",
+                   "--turns-scale", "0.1", "--engine", engine, "--out", str(tmp_path / "o")])
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert "policy mars" in err and "stalled at t=3645.818" in err and "Traceback" not in err
