@@ -72,7 +72,12 @@ class MlfqOrdering(Ordering):
       (feedback, max L3); decode is L0;
     - aging: effective level = base - floor(time since last scheduled (or arrival) / 30 s), >= 0;
     - a preempted request is L0 and sorts before everything until it is scheduled again;
-    - key = (effective level, last scheduled, arrival): least recently served first in a level.
+    - key = (effective level, last scheduled, arrival): least recently served first in a level;
+    - the quantum binds only while another call shares the step: after a step with no decode in
+      it that left no call waiting, a prefill's chunk is bounded by the step budget alone (a
+      chunk that reaches the quantum still demotes). A quantum that shares the step with nobody
+      only stretches a long prefill over more steps, and the blocks its unbuilt context will
+      need go meanwhile to later admissions, which then preempt it (docs/policies.md "MLFQ").
 
     `req.level` holds the feedback level; `req.quantum_left` the quantum granted this step.
     Demotion compares the chunk with the prefill left when the chunk was sized, so it does not
@@ -88,6 +93,8 @@ class MlfqOrdering(Ordering):
         self._aging = config.aging_s
         #: computed tokens of each request when its chunk was sized this step (see on_step)
         self._chunk_start: dict[Request, int] = {}
+        #: another call shared the last step (see on_step; before the first step: assume so)
+        self._contended = True
 
     def base_level(self, req: Request) -> int:
         """Level before aging; the preemption-victim rule ranks by it."""
@@ -126,12 +133,15 @@ class MlfqOrdering(Ordering):
         q = self._quanta[self.effective_level(req, ctx.now)]
         req.quantum_left = q
         self._chunk_start[req] = req.computed_tokens
-        return q
+        return q if self._contended else None
 
     def steady_quantum(self, req: Request) -> int | None:
         # At the bottom level a prefill served at every step neither ages nor demotes: its key is
-        # (top, last step, arrival) like every other running request's, and its quantum the last.
-        if req.level == self._top and req.preempted_s < 0.0 and req.computed_tokens < req.prompt_tokens:
+        # (top, last step, arrival) like every other running request's, and its quantum the last
+        # (while another call shares the step: the queue empties only by an admission and a
+        # decode leaves only by finishing, which end such a run).
+        if (self._contended and req.level == self._top and req.preempted_s < 0.0
+                and req.computed_tokens < req.prompt_tokens):
             return self._quanta[self._top]
         return None
 
@@ -141,6 +151,9 @@ class MlfqOrdering(Ordering):
     def on_step(self, scheduled: Sequence[tuple[Request, int]], waiting: Sequence[Request],
                 ctx: PolicyContext) -> None:
         starts = self._chunk_start
+        # Anyone else in the step: a call left waiting, or a decode (a call whose chunk was not
+        # sized as a prefill), which a longer chunk would slow down.
+        self._contended = bool(waiting) or any(req not in starts for req, _ in scheduled)
         if starts:
             top, granted = self._top, dict(scheduled)    # (a few chunks among many decodes)
             for req, start in starts.items():

@@ -17,13 +17,13 @@ others, is a property of its registration (`is_mars_variant`), not of its name.
 | infercept             | request FCFS      | none     | newest                 | min-waste | none      |
 | continuum             | program FCFS+pins | none     | latest session         | fixed TTL | none      |
 | continuum-dy          | program FCFS+pins | none     | latest session         | dyn. TTL  | none      |
-| mars                  | MLFQ + aging      | to room  | (level, blocks, arr.)  | priced    | AIMD + LB |
+| mars                  | MLFQ + aging      | to room  | (level, -blocks, arr.) | priced    | AIMD + LB |
 | mars-no-priority      | request FCFS      | to room  | newest                 | priced    | AIMD + LB |
-| mars-no-admission     | MLFQ + aging      | to room  | (level, blocks, arr.)  | priced    | none      |
-| mars-no-retention     | MLFQ + aging      | to room  | (level, blocks, arr.)  | none      | AIMD + LB |
-| mars-no-chunk-shrink  | MLFQ + aging      | none     | (level, blocks, arr.)  | priced    | AIMD + LB |
-| mars-no-windows       | MLFQ + aging      | to room  | (level, blocks, arr.)  | priced    | programs  |
-| mars-no-balancer      | MLFQ + aging      | to room  | (level, blocks, arr.)  | priced    | AIMD, FCFS|
+| mars-no-admission     | MLFQ + aging      | to room  | (level, -blocks, arr.) | priced    | none      |
+| mars-no-retention     | MLFQ + aging      | to room  | (level, -blocks, arr.) | none      | AIMD + LB |
+| mars-no-chunk-shrink  | MLFQ + aging      | none     | (level, -blocks, arr.) | priced    | AIMD + LB |
+| mars-no-windows       | MLFQ + aging      | to room  | (level, -blocks, arr.) | priced    | programs  |
+| mars-no-balancer      | MLFQ + aging      | to room  | (level, -blocks, arr.) | priced    | AIMD, FCFS|
 | thunderagent          | request FCFS      | none     | newest                 | none      | programs  |
 
 `thunderagent` is stock vLLM behind ThunderAgent's program queue (`thunderagent.py`): token-budget
@@ -174,7 +174,8 @@ def _mars(name: str, *, priority: bool = True, admission: bool = True, retention
         if priority:
             window = cfg.mlfq.max_active if cfg.mlfq.max_active is not None else aimd.w_max
             mlfq = MlfqOrdering(dataclasses.replace(cfg.mlfq, max_active=window))
-            ordering, victim = mlfq, LevelBlocksArrivalVictim(mlfq.base_level, spare_decode=True)
+            ordering, victim = mlfq, LevelBlocksArrivalVictim(mlfq.base_level, spare_decode=True,
+                                                              largest=False)
         else:
             ordering, victim = FcfsOrdering(), NewestVictim()
         if admission and windows:

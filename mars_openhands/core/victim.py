@@ -21,19 +21,25 @@ def feedback_level(req: Request) -> int:
 
 
 class LevelBlocksArrivalVictim(VictimSelector):
-    """MARS / Autellix: preempt max over (level, KV blocks held, arrival): the lowest-priority,
-    largest, newest request. With `spare_decode`, decoding requests count as level -1 (MARS:
-    evict prefills first, keep decoders streaming); Autellix ranks decoders by their level."""
+    """MARS / Autellix: preempt the lowest-priority request (the highest level), then by KV blocks
+    held, then the newest. Autellix (`largest`) takes the largest: max over (level, blocks,
+    arrival). MARS takes the smallest of its lowest level: the one whose loss costs the least
+    recompute, since a preempted request computes everything it held again, and any block freed
+    lets the requester go on (chunk shrinking). With `spare_decode`, decoding requests count as
+    level -1 (MARS: evict prefills first, keep decoders streaming); Autellix ranks decoders by
+    their level."""
 
     def __init__(self, level_of: Callable[[Request], int] = feedback_level,
-                 spare_decode: bool = True) -> None:
+                 spare_decode: bool = True, largest: bool = True) -> None:
         self.level_of = level_of
         self.spare_decode = spare_decode
+        self.largest = largest
 
     def rank(self, req: Request) -> tuple[int, int, float]:
+        blocks = req.kv_blocks if self.largest else -req.kv_blocks
         if self.spare_decode and not req.is_prefill:
-            return (-1, req.kv_blocks, req.arrival_s)
-        return (self.level_of(req), req.kv_blocks, req.arrival_s)
+            return (-1, blocks, req.arrival_s)
+        return (self.level_of(req), blocks, req.arrival_s)
 
     def choose(self, candidates: Sequence[Request], ctx: PolicyContext) -> Request:
         return max(candidates, key=self.rank)

@@ -43,5 +43,12 @@ class CoreView(Sequence):
     def __len__(self) -> int:
         return len(self._list())
 
+    def __bool__(self) -> bool:
+        # (the MLFQ asks at every step whether a call waits: no list for that)
+        if self._items is not None:
+            return bool(self._items)
+        records = self._records
+        return any(r.request_id in records for r in self._queue)
+
     def __getitem__(self, i):
         return self._list()[i]

@@ -16,18 +16,24 @@ def arrive(p, rid: str, session: str, t: float, prompt: int, cached: int = 0) ->
     return req
 
 
-def run_step(p, req: Request, now: float, budget: int = 100_000, report_first: bool = False) -> int:
+#: A call left in the engine's waiting queue: while one waits, the MLFQ's quanta bind.
+QUEUED = Request("queued", "other", 0.0, 500)
+
+
+def run_step(p, req: Request, now: float, budget: int = 100_000, report_first: bool = False,
+             waiting: tuple[Request, ...] = (QUEUED,)) -> int:
     """Schedule `req` the way an engine does: quantum-capped chunk, then apply it and report the
-    step -- in either order (the simulator reports first, the vLLM adapter applies first)."""
+    step with `waiting` left waiting -- in either order (the simulator reports first, the vLLM
+    adapter applies first)."""
     n = p.chunk_tokens(req, budget)
     if report_first:
-        p.on_step([(req, n)], [], now)
+        p.on_step([(req, n)], list(waiting), now)
     if req.is_prefill:
         req.computed_tokens = max(req.computed_tokens, req.cached_tokens) + n
     else:
         req.output_tokens += n
     if not report_first:
-        p.on_step([(req, n)], [], now)
+        p.on_step([(req, n)], list(waiting), now)
     return n
 
 
@@ -63,6 +69,28 @@ def test_mlfq_demotes_one_level_after_a_full_quantum_with_prefill_left(report_fi
     assert run_step(p, req, 0.2, report_first=report_first) == 1024 and req.level == 2
     assert run_step(p, req, 0.3, report_first=report_first) == 512 and req.level == 3
     assert run_step(p, req, 0.4, report_first=report_first) == 256 and req.level == 3  # capped at L3
+
+
+@both_timings
+def test_mlfq_quantum_binds_only_while_another_call_shares_the_step(report_first):
+    p = build_policy("mars", SHAPE)
+    req = arrive(p, "r", "s", 0.0, 60_000)             # L3 by size: quantum 256
+    # before any step the quantum binds; this step leaves nobody waiting...
+    assert run_step(p, req, 0.1, budget=8192, report_first=report_first, waiting=()) == 256
+    # ...so the next chunk is bounded by the budget alone, and reaching the quantum still demotes
+    assert run_step(p, req, 0.2, budget=8192, report_first=report_first) == 8192
+    assert req.level == 2                   # one feedback level per step that used its quantum
+    # that step left a call waiting: the quantum binds again
+    assert run_step(p, req, 0.3, budget=8192, report_first=report_first, waiting=()) == 256
+    assert p.steady_chunk(req) is None      # nothing to promise while the quantum does not bind
+    assert run_step(p, req, 0.4, budget=8192, report_first=report_first) == 8192
+    assert p.steady_chunk(req) == 256
+    # a decode in the step, nobody waiting: a longer chunk would slow the decode, the quantum binds
+    dec = arrive(p, "d", "t", 0.45, 100)
+    dec.computed_tokens = 100
+    n = p.chunk_tokens(req, 8192)
+    p.on_step([(dec, 1), (req, n)], [], 0.5)
+    assert n == 256 and p.chunk_tokens(req, 8192) == 256
 
 
 @both_timings

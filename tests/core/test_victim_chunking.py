@@ -33,19 +33,30 @@ def test_shrink_goes_to_the_room_in_one_step_and_gives_up_below_one_block():
     assert build_policy("fcfs", SHAPE).shrink(512, 300) is None
 
 
-def test_mars_victim_is_lowest_priority_then_largest_then_newest_prefill_and_spares_decode():
+def test_mars_victim_is_lowest_priority_then_least_kv_then_newest_prefill_and_spares_decode():
     p = build_policy("mars", SHAPE)
     decoder = req("dec", "a", 5.0, 50_000, 50_000, 4000)           # decode: level -1
     small = req("small", "b", 1.0, 1000, 0, 10)                     # L0
     big_old = req("big_old", "c", 1.0, 40_000, 0, 300)              # L3 by remaining prefill
     big_new = req("big_new", "d", 2.0, 40_000, 0, 300)
     bigger = req("bigger", "e", 0.5, 40_000, 0, 900)
-    assert p.choose_victim([decoder, small, big_old, big_new, bigger]) is bigger
-    assert p.choose_victim([decoder, small, big_old, big_new]) is big_new
+    # among the lowest level, the one holding the least KV: the least work to compute again
+    assert p.choose_victim([decoder, small, big_old, big_new, bigger]) is big_new
+    assert p.choose_victim([decoder, small, big_old, bigger]) is big_old
+    assert p.choose_victim([decoder, small, bigger]) is bigger
     assert p.choose_victim([decoder, small]) is small
     assert p.choose_victim([decoder]) is decoder
     fed_back = req("fb", "f", 0.1, 1000, 0, 5, level=3)            # demoted by feedback to L3
     assert p.choose_victim([small, fed_back]) is fed_back
+
+
+def test_mars_victim_spares_the_long_prefill_nearly_built_and_autellix_does_not():
+    """Two long prefills in the lowest level: MARS preempts the one that has computed less (its
+    loss is recomputed), Autellix the larger one, whatever it has built."""
+    built = req("built", "a", 1.0, 68_000, 60_000, 3750, level=3)
+    fresh = req("fresh", "b", 2.0, 45_000, 8_000, 500, level=3)
+    assert build_policy("mars", SHAPE).choose_victim([built, fresh]) is fresh
+    assert build_policy("autellix", SHAPE).choose_victim([built, fresh]) is built
 
 
 def test_autellix_victim_ranks_decoders_by_their_level_too():

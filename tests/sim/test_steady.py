@@ -23,11 +23,15 @@ def _run(sessions: list, policy: str, kv_blocks: int, steady: bool) -> Engine:
     return eng
 
 
-@pytest.mark.parametrize(("policy", "kv_blocks"), [("mars", 3000), ("mars", 900), ("mars-no-admission", 900)])
-def test_steady_runs_equal_single_stepping(policy: str, kv_blocks: int) -> None:
+# MARS' admission keeps calls out of this engine's waiting queue, so its quanta (and steady runs)
+# rarely bind here; without admission calls queue, quanta bind, and steady runs happen.
+@pytest.mark.parametrize(("policy", "kv_blocks", "min_steady"),
+                         [("mars", 3000, 0), ("mars", 900, 0), ("mars-no-admission", 3000, 50),
+                          ("mars-no-admission", 900, 50)])
+def test_steady_runs_equal_single_stepping(policy: str, kv_blocks: int, min_steady: int) -> None:
     sessions = _sessions(12, 6000)
     a, b = _run(sessions, policy, kv_blocks, True), _run(sessions, policy, kv_blocks, False)
-    assert a.counters.steady_steps > 50 and b.counters.steady_steps == 0
+    assert a.counters.steady_steps >= min_steady and b.counters.steady_steps == 0
     assert [s.finish_s for s in a.sessions] == [s.finish_s for s in b.sessions]
     assert a.timeline.samples == b.timeline.samples
     ca = dataclasses.replace(a.counters, steady_steps=0)
