@@ -131,8 +131,8 @@ class MarsSchedulerMixin(_SchedulerBase):
         self._pins = PinKeeper(self.mars, self.kv_cache_manager, self.mars_counters,
                                clock=lambda: self.clock(), history=lambda: self.history)
         self._steps = StepAccounting(self._table, self._pins, self.mars_counters, lambda: self.exec_clock())
-        self._alloc = ChunkAllocation(self.kv_cache_manager, lambda: self.mars, self._pins, self.mars_counters,
-                                      self.scheduler_config, self.cache_config)
+        self._alloc = ChunkAllocation(self.kv_cache_manager, lambda: self.mars, self._pins, self._table,
+                                      self.mars_counters, self.scheduler_config, self.cache_config)
         self._cost = SchedulerCost()
         self.running = VictimList(self.running)
 

@@ -2,15 +2,18 @@
 
 The KV manager's `allocate_slots` is wrapped; on failure a prefill chunk is retried with
 `Policy.shrink` sizes, then pins are revoked in `Policy.revocation_order` (retrying after each),
-then None goes back so vLLM's loop preempts: its victim is chosen from the request being allocated
-on (`current`). A shrunk chunk's token count is corrected (`correct`) before vLLM advances its
-counters. A decode (its draft or padding rows included) is never split, nor a prefill with
-chunked prefill off.
+then the resume pins of other calls that have not started (a waiting head that needs them would
+wait forever: vLLM stops at the first waiting call that does not fit, and the call a resume pin
+is for waits behind it), then None goes back so vLLM's loop preempts: its victim is chosen from
+the request being allocated on (`current`). A shrunk chunk's token count is corrected
+(`correct`) before vLLM advances its counters. A decode (its draft or padding rows included) is
+never split, nor a prefill with chunked prefill off.
 """
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from itertools import chain
 from typing import TYPE_CHECKING, Any
 
 from vllm.v1.core.sched.output import SchedulerOutput
@@ -18,6 +21,7 @@ from vllm.v1.request import Request
 
 from mars_openhands.core import Policy
 from mars_openhands.vllm.pins import PinKeeper
+from mars_openhands.vllm.request_table import RequestTable
 
 if TYPE_CHECKING:
     from vllm.config import CacheConfig, SchedulerConfig
@@ -29,9 +33,9 @@ class ChunkAllocation:
     shrank (request id -> tokens allocated) and the request being allocated. `policy` is read at
     each use (tests swap the scheduler's)."""
 
-    def __init__(self, kv: KVCacheManager, policy: Callable[[], Policy], pins: PinKeeper,
+    def __init__(self, kv: KVCacheManager, policy: Callable[[], Policy], pins: PinKeeper, table: RequestTable,
                  counters: Counter[str], scheduler_config: SchedulerConfig, cache_config: CacheConfig) -> None:
-        self.kv, self.policy, self.pins, self.counters = kv, policy, pins, counters
+        self.kv, self.policy, self.pins, self.table, self.counters = kv, policy, pins, table, counters
         self.scheduler_config, self.cache_config = scheduler_config, cache_config
         self.shrunk: dict[str, int] = {}                  # this step: request id -> tokens allocated
         self.current: Request | None = None               # request being allocated this step
@@ -75,12 +79,23 @@ class ChunkAllocation:
         splittable = known > 1 and self.scheduler_config.enable_chunked_prefill
         blocks = self._try_sizes(request, num_new_tokens, args, kwargs, tried=True) if splittable else None
         if blocks is None:
-            for _ in self.pins.revoke():
+            for _ in chain(self.pins.revoke(), self._revoke_resume_pins(request.request_id)):
                 blocks = (self._try_sizes(request, num_new_tokens, args, kwargs) if splittable
                           else self.stock(request, num_new_tokens, *args, **kwargs))
                 if blocks is not None:
                     break
         return blocks
+
+    def _revoke_resume_pins(self, allocating: str) -> Iterator[None]:
+        """Release the resume pins of other calls not yet started, yielding after each (their
+        blocks stay cached: the call may still hit them if nothing evicts them first)."""
+        for rid, rec in list(self.table.records.items()):
+            if rec.resume_pin is None or rid == allocating or rec.core.started:
+                continue
+            pin, rec.resume_pin = rec.resume_pin, None
+            self.pins.release(pin, "revoked")
+            self.counters["resume_pins_revoked"] += 1
+            yield
 
     def _try_sizes(self, request: Request, n: int, args: tuple, kwargs: dict, tried: bool = False):
         rid = request.request_id

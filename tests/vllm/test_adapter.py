@@ -208,6 +208,26 @@ def test_pins_are_revoked_when_a_request_cannot_get_blocks(model_dir):
     assert h.free_blocks == start - s.mars.ctx.pins.total_blocks
 
 
+def test_a_waiting_head_gets_the_blocks_a_later_call_resumes_on(model_dir):
+    """A session's next call takes its pin over as a resume pin (released once its prefix lookup
+    runs). A head of the waiting queue that needs those blocks must get them: vLLM stops at the
+    first waiting call that does not fit, so the resuming call behind it would never run."""
+    s = make_scheduler(FcfsScheduler, model_dir, num_blocks=13, max_tokens_per_step=512)
+    install(s, retention=AlwaysPin(), max_pinned_fraction=1.0)
+    h = Harness(s)
+    start = h.free_blocks
+    first = prompt(ord("a"), 80)
+    s.add_request(make_request("a1", first, max_tokens=1, session="a"))
+    h.run()
+    assert s.mars.ctx.pins.total_blocks == 5
+    s.add_request(make_request("big", prompt(99, 150), max_tokens=1, session="z"))   # 10 blocks
+    s.add_request(make_request("a2", first + [0] + prompt(5, 20), max_tokens=1, session="a"))
+    h.run(max_steps=50)
+    assert {"big", "a2"} <= set(h.finished) and s.mars_counters["resume_pins_revoked"] == 1
+    s.apply_events([SessionEnded("a", 9.0).to_dict()])
+    assert h.free_blocks == start
+
+
 def test_parked_requests_are_counted_admitted_later_and_abortable(model_dir):
     s = make_scheduler(FcfsScheduler, model_dir)
     gate = Gate()
