@@ -144,9 +144,7 @@ class AimdAdmission(Admission):
         preempted = ctx.preemptions > self._preemptions_seen
         self._preemptions_seen = ctx.preemptions
         ws.refresh(ctx)
-        cpu = ctx.cpu
-        full = cpu.full_runs is not None or cpu.tools_in_flight >= max(1, cpu.tool_workers)
-        self.tool_full += cfg.interval_s / cfg.tool_full_window_s * (float(full) - self.tool_full)
+        self.tool_full += cfg.interval_s / cfg.tool_full_window_s * (float(ctx.cpu.full) - self.tool_full)
         # Liveness: nothing admitted is in the engine. With the tool plane overloaded and full most
         # of the last seconds, that is the bottleneck working, not idleness: more sessions would
         # only queue for tools. A burst that overloads a plane idle between waves is not.

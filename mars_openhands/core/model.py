@@ -152,6 +152,11 @@ class CpuState:
         self.tools_queued = ev.tools_queued
 
     @property
+    def full(self) -> bool:
+        """The host runs all it can now: a call queues for it, or every worker has a call."""
+        return self.full_runs is not None or self.tools_in_flight >= max(1, self.tool_workers)
+
+    @property
     def nobody_waits(self) -> bool:
         """No tool call waits for the host now: none queued where the host reports its queue,
         else fewer calls in flight than workers (exact only for one-core calls)."""
