@@ -426,8 +426,7 @@ class MarsSchedulerMixin(_SchedulerBase):
         rec = self._table.pop(rid)
         if rec is None:
             return
-        if rec.resume_pin is not None:
-            self._pins.release(rec.resume_pin, "resume")
+        self._pins.release_resume(rec, "resume")
         c, now = rec.core, self.clock()
         self._sync(c, request)
         self.history.add(c.session_id, now, TurnFinished.TYPE, rid, c.turn_index, c.output_tokens,
@@ -453,9 +452,7 @@ class MarsSchedulerMixin(_SchedulerBase):
         for pin in pins:
             self._pins.release(pin, "reset")
         for rec in self._table.records.values():
-            if rec.resume_pin is not None:
-                pin, rec.resume_pin = rec.resume_pin, None
-                self._pins.release(pin, "reset")
+            self._pins.release_resume(rec, "reset")
         return len(pins)
 
     def reset_prefix_cache(self, *args: Any, **kwargs: Any) -> bool:

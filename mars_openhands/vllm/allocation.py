@@ -90,12 +90,9 @@ class ChunkAllocation:
         """Release the resume pins of other calls not yet started, yielding after each (their
         blocks stay cached: the call may still hit them if nothing evicts them first)."""
         for rid, rec in list(self.table.records.items()):
-            if rec.resume_pin is None or rid == allocating or rec.core.started:
-                continue
-            pin, rec.resume_pin = rec.resume_pin, None
-            self.pins.release(pin, "revoked")
-            self.counters["resume_pins_revoked"] += 1
-            yield
+            if rid != allocating and not rec.core.started and self.pins.release_resume(rec, "revoked"):
+                self.counters["resume_pins_revoked"] += 1
+                yield
 
     def _try_sizes(self, request: Request, n: int, args: tuple, kwargs: dict, tried: bool = False):
         rid = request.request_id

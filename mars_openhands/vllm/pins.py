@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, cast
 
 from mars_openhands.core import Pin, PinOffer, Policy
 from mars_openhands.vllm.release.compat import free_blocks
+from mars_openhands.vllm.request_table import TrackedRequest
 
 if TYPE_CHECKING:
     from vllm.v1.core.kv_cache_manager import KVCacheManager
@@ -127,6 +128,14 @@ class PinKeeper:
                 continue
             self.release(pin, "revoked")
             yield
+
+    def release_resume(self, rec: TrackedRequest, reason: str) -> bool:
+        """Release the resume pin `rec` still holds, if any (True if it held one)."""
+        pin, rec.resume_pin = rec.resume_pin, None
+        if pin is None:
+            return False
+        self.release(pin, reason)
+        return True
 
     def revocable_blocks(self) -> int:
         """Blocks only pins reference (what revoking every pin frees): a block pinned k times is

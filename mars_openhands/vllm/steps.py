@@ -82,9 +82,7 @@ class StepAccounting:
             if not c.started:           # queueing delay inside the engine ends here
                 enqueued, rec.enqueued_s = rec.enqueued_s, None
                 policy.observe_prefill_start(now - (now if enqueued is None else enqueued))
-            if rec.resume_pin is not None:    # its prefix lookup is done: it holds the blocks now
-                pin, rec.resume_pin = rec.resume_pin, None
-                self.pins.release(pin, "resume")
+            self.pins.release_resume(rec, "resume")   # its prefix lookup is done: it holds the blocks now
             if rec.lost_on_preempt is not None:   # back after preemption: what the cache lost
                 hit = r.num_computed_tokens - n
                 self.counters["recomputed_prefill_tokens"] += max(0, rec.lost_on_preempt - hit)
