@@ -58,6 +58,17 @@ half the ticks of the last ~4 s: then the idle engine is the bottleneck working,
 sessions would only queue for tools. An overload that comes in bursts, with workers idle between
 the waves, is not: holding calls there left the engine idle 62 % of a run on 2 tool workers.
 
+The recompute budget decides how the cache is shared. Every tick an EMA over ~30 s measures the
+share of wall time the engine spent computing tokens again (preempted calls, evicted prefixes: the
+tokens finished calls were served beyond their new ones, at the measured prefill rate). Below
+`recompute_budget` (0.15) recomputing is cheap, and W_min sessions are admitted whatever their
+footprints (a small cache shared by preemption beats sessions waiting at the door). Past it the
+cache is the bottleneck: K is what fits resident at once, sessions are paused only once their
+footprints pass `pause_over_cache` caches, the smallest first (each pause costs a re-prefill),
+and the liveness admission is priced: the head goes to an idle engine only if it fits beside the
+working set or re-prefilling what it evicts takes less than the expected wait for an admitted
+session to come back (`_idle_admit_pays`).
+
 Paper constants (MARS preview): the interval, W_min, 0.7 / +1, the watermarks, cpu_cap's, 50k
 tokens / 2 long sessions. There is no W_max unless configured (the preview's 30; OpenHands runs
 8): W grows only while it binds, cpu_cap bounds the tool plane and K the KV cache.
@@ -103,6 +114,11 @@ class AimdAdmission(Admission):
         self.tool_full = 1.0
         #: EMA of the tool calls the host runs at once while calls queue for it (None until they do).
         self.host_runs: float | None = None
+        #: EMA of the share of wall time the engine spent computing tokens again (`kv_bound`).
+        self.recompute_share = 0.0
+        self._recomputed_seen = 0
+        self.idle_holds = 0
+        self._priced_hold = False     # the last idle engine was held at a price (`_idle_admit_pays`)
 
     @property
     def limit(self) -> int:
@@ -143,12 +159,18 @@ class AimdAdmission(Admission):
         self._tail_pass = True
         preempted = ctx.preemptions > self._preemptions_seen
         self._preemptions_seen = ctx.preemptions
+        recomputed = ctx.recomputed_tokens - self._recomputed_seen
+        self._recomputed_seen = ctx.recomputed_tokens
+        busy = recomputed / max(ctx.prefill_tps, 1.0) / cfg.interval_s
+        self.recompute_share += cfg.interval_s / cfg.recompute_window_s * (busy - self.recompute_share)
         ws.refresh(ctx)
         self.tool_full += cfg.interval_s / cfg.tool_full_window_s * (float(ctx.cpu.full) - self.tool_full)
         # Liveness: nothing admitted is in the engine. With the tool plane overloaded and full most
         # of the last seconds, that is the bottleneck working, not idleness: more sessions would
         # only queue for tools. A burst that overloads a plane idle between waves is not.
         self._engine_idle = not self.tools_bottleneck and ws.in_engine == 0
+        if ws.in_engine:
+            self._priced_hold = False
         healthy = p.cpu_healthy and usage <= cfg.kv_low and not preempted
         if p.cpu_overloaded or p.kv_overloaded:
             self.window = max(cfg.w_min, math.floor(cfg.decrease * self.window))
@@ -173,21 +195,33 @@ class AimdAdmission(Admission):
             self._move_kv_window(ctx)
 
     @property
+    def kv_bound(self) -> bool:
+        """The cache is the bottleneck: the engine spent more than `recompute_budget` of the last
+        `recompute_window_s` recomputing (preempted calls, evicted prefixes)."""
+        return self.recompute_share > self.config.recompute_budget
+
+    @property
     def tools_bottleneck(self) -> bool:
         """The tool plane is overloaded and was full for most of the last `tool_full_window_s`."""
         return self.pressure.cpu_overloaded and self.tool_full > self.config.tool_full_share
 
     def _move_kv_window(self, ctx: PolicyContext) -> None:
-        ws = self.working_set
-        self.kv.move(ws, self.resident_blocks(ctx))
-        excess = ws.blocks - self.kv.blocks
+        ws, cfg, kv_bound = self.working_set, self.config, self.kv_bound
+        self.kv.move(ws, self.resident_blocks(ctx), shared=not kv_bound)
+        window = max(self.kv.blocks, cfg.pause_over_cache * ctx.kv.total_blocks) if kv_bound else self.kv.blocks
+        excess = ws.blocks - window
         extra = len(ws.sessions) - self.cpu_cap if self.pressure.cpu_overloaded and self.cpu_cap else 0
         self._to_suspend = set()
         if excess > 0 or extra > 0:
             footprint = footprints(ctx)
-            for s in ws.youngest_first():          # never the oldest: one session always runs
-                if excess <= 0 and extra <= 0:
+            # Never the oldest: one session always runs. Below the recompute budget the youngest
+            # go first and W_min stay; past it the smallest, the cheapest to prefill again.
+            order = sorted(ws.youngest_first(), key=footprint) if kv_bound else ws.youngest_first()
+            keep, left = (1 if kv_bound else cfg.w_min), len(ws.sessions)
+            for s in order:
+                if (excess <= 0 or left <= keep) and extra <= 0:
                     break
+                left -= 1
                 self._to_suspend.add(s.session_id)
                 excess -= footprint(s)
                 extra -= 1
@@ -208,13 +242,27 @@ class AimdAdmission(Admission):
             if state != self._fruitless:
                 view = p.with_budget(p.budget_blocks - self._pending_blocks)
                 chosen = self.balancer.select(backlog, slots, view, ctx, self._kv_room())
+                floor = min(slots, self.config.w_min - len(ws.sessions)) - len(chosen)
+                if floor > 0 and not self.kv_bound:
+                    # Recomputing is cheap here: W_min sessions share the cache by preemption
+                    # whatever their footprints (the KV budget still binds their first prefill).
+                    taken = {s.session_id for s in chosen}
+                    budget = view.budget_blocks - sum(ctx.kv.blocks_for(s.prompt_tokens) for s in chosen)
+                    chosen += self.balancer.select([s for s in backlog if s.session_id not in taken], floor,
+                                                   p.with_budget(budget), ctx)
                 self._fruitless = None if chosen else state
         if not chosen:
             if self._engine_idle:
                 # Nothing admitted was in the engine at the last tick: admitting cannot crowd anyone
                 # out, idling can (checked once a tick: the engine idles at most one control period).
-                chosen = self.balancer.order(backlog, 1, p, ctx.kv.blocks_for, ctx.now)[:1]
-                self.idle_admits += 1
+                head = self.balancer.order(backlog, 1, p, ctx.kv.blocks_for, ctx.now)[:1]
+                if head and self.kv_bound and not self._idle_admit_pays(head[0], ctx):
+                    self.idle_holds += 1
+                    self._priced_hold = True
+                else:
+                    chosen = head
+                    self.idle_admits += 1
+                    self._priced_hold = False
             elif self._tail_pass and slots <= 0 and self.cpu_cap is not None and self.cpu_cap < self.window:
                 # The tool plane's cap, not the window, holds the backlog: once a tick, a session
                 # every later one has passed goes in (`_overdue_head`).
@@ -223,6 +271,27 @@ class AimdAdmission(Admission):
         if chosen:
             self._admitted(chosen, ctx)
         return chosen
+
+    def _idle_admit_pays(self, s: Session, ctx: PolicyContext) -> bool:
+        """Admitting `s` to an idle engine costs less engine time than waiting for an admitted
+        session to come back: its first prefill fits beside the working set, or the blocks it
+        evicts take less to prefill again (at the measured rate) than the expected wait. A
+        session away for less than the mean gap (`ctx.return_gap_s`) is expected back after the
+        rest of it; one away longer, after as long again (the gaps are heavy-tailed: human
+        pauses, long builds)."""
+        ws, gap = self.working_set, ctx.return_gap_s
+        if not ws.sessions or gap is None:
+            return True
+        bs = ctx.kv.block_size
+        evict = -(-max(s.prompt_tokens, s.context_tokens) // bs) - max(0, self.resident_blocks(ctx) - ws.blocks)
+        if evict <= 0:
+            return True
+        wait = math.inf
+        for o in ws.sessions.values():
+            if o.turns == o.turns_finished and o.last_turn_finished_s is not None:
+                away = ctx.now - o.last_turn_finished_s
+                wait = min(wait, gap - away if away < gap else away)
+        return evict * bs / max(ctx.prefill_tps, 1.0) <= wait
 
     def _kv_room(self) -> float:
         """Blocks of footprint the KV window admits on top of the working set (inf when off)."""
@@ -254,7 +323,7 @@ class AimdAdmission(Admission):
 
     def liveness_bound_s(self, ctx: PolicyContext) -> float | None:
         """One control period, unless the tool plane is the bottleneck (see the module docstring)."""
-        return None if self.tools_bottleneck else self.interval_s
+        return None if self.tools_bottleneck or self._priced_hold else self.interval_s
 
     def suspend(self, s: Session, ctx: PolicyContext) -> bool:
         """True if `s`, at a turn boundary now, must give its place back (see the module docstring)."""
@@ -276,5 +345,6 @@ class AimdAdmission(Admission):
                 "kv_usage": p.kv_usage, "budget_blocks": p.budget_blocks,
                 "mode": self.balancer.mode, "long_in_flight": len(self.balancer.long_sessions),
                 "suspended": self.suspended, "idle_admits": self.idle_admits,
-                "overdue_admits": self.overdue_admits,
+                "overdue_admits": self.overdue_admits, "idle_holds": self.idle_holds,
+                "recompute_share": self.recompute_share, "kv_bound": self.kv_bound,
                 "arrival_rate": self.balancer.arrival_rate()}

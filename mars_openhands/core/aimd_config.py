@@ -30,6 +30,14 @@ class AimdConfig:
     #: idle between waves does not hold calls back from an idle engine.
     tool_full_window_s: float = 4.0
     tool_full_share: float = 0.5
+    #: The cache is the bottleneck (`AimdAdmission.kv_bound`) while the engine spent more than
+    #: `recompute_budget` of about the last `recompute_window_s` computing tokens again (an EMA
+    #: over the ticks of the recomputed tokens' time at the measured prefill rate).
+    recompute_budget: float = 0.15
+    recompute_window_s: float = 30.0
+    #: While the cache is the bottleneck, admitted sessions are paused only once their footprints
+    #: pass this many caches (each pause costs its session a re-prefill when it resumes).
+    pause_over_cache: float = 1.1
 
     def __post_init__(self) -> None:
         w_init = self.w_init if self.w_init is not None else self.w_min
@@ -45,6 +53,9 @@ class AimdConfig:
             ("max_long_inflight >= 0", self.max_long_inflight >= 0),
             ("tool_full_window_s >= interval_s", self.tool_full_window_s >= self.interval_s),
             ("0 <= tool_full_share <= 1", 0.0 <= self.tool_full_share <= 1.0),
+            ("recompute_budget >= 0", self.recompute_budget >= 0.0),
+            ("recompute_window_s >= interval_s", self.recompute_window_s >= self.interval_s),
+            ("pause_over_cache >= kv_high", self.pause_over_cache >= self.kv_high),
         ]
         for what, ok in checks:
             if not ok:

@@ -70,6 +70,12 @@ class PolicyContext:
     #: from arrivals: the new prompt minus the last call's prompt + output; condensation
     #: counts as 0); admission predicts each session's next footprint with it.
     turn_growth_tokens: float = 0.0
+    #: Prompt tokens computed again so far: what finished calls computed beyond their new tokens
+    #: (preempted, or their prefix evicted); admission prices the cache's thrash with it.
+    recomputed_tokens: int = 0
+    #: EMA of the seconds from a call's end to its session's next call (a tool, or a human);
+    #: None until a session comes back. Admission prices holding an idle engine with it.
+    return_gap_s: float | None = None
 
     @property
     def admitted_active(self) -> int:

@@ -1,11 +1,12 @@
 """What the engines measure for the policy to price with, as EMAs: the prefill-start latency
-(queueing inside the engine), the prefill rate and how much a session's context grows per turn."""
+(queueing inside the engine), the prefill rate, how much a session's context grows per turn and
+how long a session stays away between calls; and a count of the tokens computed again."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from mars_openhands.core.context import PolicyContext
-from mars_openhands.core.model import KVState, Session
+from mars_openhands.core.model import KVState, Request, Session
 
 #: EMA weight of the prefill-start latency, fed by `Policy.observe_prefill_start`.
 PREFILL_START_EMA = 0.2
@@ -13,6 +14,8 @@ PREFILL_START_EMA = 0.2
 GROWTH_EMA = 0.2
 #: EMA weight of the measured prefill rate (tokens/s) an engine feeds `Policy.observe_prefill`.
 PREFILL_RATE_EMA = 0.2
+#: EMA weight of the gap between a session's calls.
+RETURN_GAP_EMA = 0.2
 
 
 @dataclass
@@ -43,3 +46,23 @@ def observe_turn_growth(ctx: PolicyContext, s: Session, prompt_tokens: int) -> N
     output (condensation counts as 0) moves `ctx.turn_growth_tokens`."""
     growth = max(0, prompt_tokens - s.context_tokens)
     ctx.turn_growth_tokens += GROWTH_EMA * (growth - ctx.turn_growth_tokens)
+
+
+def observe_return_gap(ctx: PolicyContext, s: Session, now: float) -> None:
+    """`s`'s next call arrived at `now`: the time since its last call ended moves
+    `ctx.return_gap_s` (the first gap sets it)."""
+    if s.last_turn_finished_s is None or not s.turns_finished:
+        return
+    gap = now - s.last_turn_finished_s
+    ctx.return_gap_s = gap if ctx.return_gap_s is None else ctx.return_gap_s + RETURN_GAP_EMA * (gap - ctx.return_gap_s)
+
+
+def observe_recompute(ctx: PolicyContext, s: Session, req: Request) -> None:
+    """`req` of `s` finished (before `s` takes its context): the prompt tokens it was served beyond
+    its new ones (the prompt past the session's last context) count as recomputed, whether a
+    preemption or an evicted prefix cost them. Engine-agnostic: served tokens are what each step
+    scheduled for it (`Request.attained_tokens`), one per decode step."""
+    new = req.prompt_tokens - s.context_tokens
+    waste = req.attained_tokens - req.output_tokens - (new if new > 0 else 0)
+    if waste > 0:
+        ctx.recomputed_tokens += waste

@@ -39,6 +39,8 @@ from mars_openhands.core.measures import (
     PREFILL_RATE_EMA,
     PrefillStartLatency,
     observe_prefill_rate,
+    observe_recompute,
+    observe_return_gap,
     observe_turn_growth,
 )
 from mars_openhands.core.model import Pin, PinOffer, Request, Session
@@ -120,6 +122,7 @@ class Policy:
             self.retention.observe(inferred, ctx)
         if s.turns_finished:
             observe_turn_growth(ctx, s, req.prompt_tokens)
+            observe_return_gap(ctx, s, now)
         s.turns += 1
         s.prompt_tokens = req.prompt_tokens
         s.in_tool = None
@@ -361,6 +364,7 @@ class Policy:
         s = ctx.sessions.get(req.session_id)
         if s is None:
             return decision
+        observe_recompute(ctx, s, req)
         s.turns_finished += 1
         s.service_tokens += req.attained_tokens
         s.context_tokens = req.context_tokens

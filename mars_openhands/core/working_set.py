@@ -99,10 +99,14 @@ class KvWindow:
     blocks: float = math.inf           # set from the cache at the first tick
     admit_blocks: float = math.inf
 
-    def move(self, ws: WorkingSet, resident: int) -> None:
-        """One tick: the engaged share of `ws` (as of its last `refresh`) moves both windows."""
+    def move(self, ws: WorkingSet, resident: int, shared: bool = True) -> None:
+        """One tick: the engaged share of `ws` (as of its last `refresh`) moves both windows.
+        Not `shared` (the cache is the bottleneck): both are what fits resident at once."""
         share = ws.engaged_blocks / ws.blocks if ws.blocks else 1.0
         self.engaged_share += SHARE_EMA * (share - self.engaged_share)
         self.engaged_peak = max(share, self.engaged_peak + SHARE_EMA * (share - self.engaged_peak))
+        if not shared:
+            self.blocks = self.admit_blocks = resident
+            return
         self.blocks = resident / max(self.engaged_share, MIN_SHARE)
         self.admit_blocks = resident / max(self.engaged_peak, MIN_SHARE)

@@ -415,7 +415,7 @@ def test_new_sessions_wait_for_the_crest_of_a_wave_of_returns_to_pass_and_nobody
     """Returns from tools come in waves. The admit window follows the engaged share's rise at once
     (a session admitted into the trough is what the cache evicts at the crest); the pausing
     window follows its mean, so the admitted sessions keep their turns."""
-    p = mars(total=1000, w_init=50)
+    p = mars(total=1000, w_init=50, w_min=1)                         # the KV window alone
     reqs = {sid: arrive(p, sid, 0, 4000, 0.0)[0] for sid in ("s0", "s1", "s2")}
     p.admit([p.ctx.sessions[sid] for sid in reqs], 0.0)
     for req in reqs.values():                                     # all three go to a tool
@@ -437,7 +437,7 @@ def test_new_sessions_wait_for_the_crest_of_a_wave_of_returns_to_pass_and_nobody
 
 
 def test_kv_window_suspends_the_youngest_at_their_turn_boundary_when_contexts_outgrow_it():
-    p = mars(total=1000, w_init=50)
+    p = mars(total=1000, workers=4, w_init=50, w_min=1)              # the KV window alone
     reqs = {f"s{i}": arrive(p, f"s{i}", 0, 1600, float(i))[0] for i in range(4)}
     p.admit([p.ctx.sessions[sid] for sid in reqs], 4.0)              # 4 x 100 blocks: all fit
     assert p.ctx.admitted_active == 4
