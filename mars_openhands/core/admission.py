@@ -116,6 +116,8 @@ class AimdAdmission(Admission):
         self.host_runs: float | None = None
         #: EMA of the share of wall time the engine spent computing tokens again (`kv_bound`).
         self.recompute_share = 0.0
+        #: The working set's mean footprints that fit resident, as of the last tick (`kv_bound`).
+        self.sessions_fit = math.inf
         self._recomputed_seen = 0
         self.idle_holds = 0
         self._priced_hold = False     # the last idle engine was held at a price (`_idle_admit_pays`)
@@ -164,6 +166,7 @@ class AimdAdmission(Admission):
         busy = recomputed / max(ctx.prefill_tps, 1.0) / cfg.interval_s
         self.recompute_share += cfg.interval_s / cfg.recompute_window_s * (busy - self.recompute_share)
         ws.refresh(ctx)
+        self.sessions_fit = self.resident_blocks(ctx) * len(ws.sessions) / ws.blocks if ws.blocks else math.inf
         self.tool_full += cfg.interval_s / cfg.tool_full_window_s * (float(ctx.cpu.full) - self.tool_full)
         # Liveness: nothing admitted is in the engine. With the tool plane overloaded and full most
         # of the last seconds, that is the bottleneck working, not idleness: more sessions would
@@ -197,8 +200,10 @@ class AimdAdmission(Admission):
     @property
     def kv_bound(self) -> bool:
         """The cache is the bottleneck: the engine spent more than `recompute_budget` of the last
-        `recompute_window_s` recomputing (preempted calls, evicted prefixes)."""
-        return self.recompute_share > self.config.recompute_budget
+        `recompute_window_s` recomputing (preempted calls, evicted prefixes), and fewer than
+        `kv_bound_below_sessions` of the working set's footprints fit resident."""
+        cfg = self.config
+        return self.sessions_fit < cfg.kv_bound_below_sessions and self.recompute_share > cfg.recompute_budget
 
     @property
     def tools_bottleneck(self) -> bool:
@@ -347,4 +352,5 @@ class AimdAdmission(Admission):
                 "suspended": self.suspended, "idle_admits": self.idle_admits,
                 "overdue_admits": self.overdue_admits, "idle_holds": self.idle_holds,
                 "recompute_share": self.recompute_share, "kv_bound": self.kv_bound,
+                "sessions_fit": None if self.sessions_fit == math.inf else self.sessions_fit,
                 "arrival_rate": self.balancer.arrival_rate()}
