@@ -61,13 +61,14 @@ the waves, is not: holding calls there left the engine idle 62 % of a run on 2 t
 The recompute budget decides how the cache is shared. Every tick an EMA over ~30 s measures the
 share of wall time the engine spent computing tokens again (preempted calls, evicted prefixes: the
 tokens finished calls were served beyond their new ones, at the measured prefill rate). Below
-`recompute_budget` (0.15) recomputing is cheap, and W_min sessions are admitted whatever their
-footprints (a small cache shared by preemption beats sessions waiting at the door). Past it the
-cache is the bottleneck: K is what fits resident at once, sessions are paused only once their
-footprints pass `pause_over_cache` caches, the smallest first (each pause costs a re-prefill),
-and the liveness admission is priced: the head goes to an idle engine only if it fits beside the
-working set or re-prefilling what it evicts takes less than the expected wait for an admitted
-session to come back (`_idle_admit_pays`).
+`recompute_budget` (0.15), or where W_min or more mean footprints fit resident (sessions share
+such a cache steadily whatever they recompute), sessions share the cache in time, and W_min of them are
+admitted whatever their footprints (a small cache shared by preemption beats sessions waiting at
+the door). Past it the cache is the bottleneck (`kv_bound`): K is what fits resident at once,
+sessions are paused only once their footprints pass `pause_over_cache` caches, the smallest
+first (each pause costs a re-prefill), and the liveness admission is priced: the head goes to an
+idle engine only if it fits beside the working set or re-prefilling what it evicts takes less
+than the expected wait for an admitted session to come back (`_idle_admit_pays`).
 
 Paper constants (MARS preview): the interval, W_min, 0.7 / +1, the watermarks, cpu_cap's, 50k
 tokens / 2 long sessions. There is no W_max unless configured (the preview's 30; OpenHands runs
@@ -201,9 +202,12 @@ class AimdAdmission(Admission):
     def kv_bound(self) -> bool:
         """The cache is the bottleneck: the engine spent more than `recompute_budget` of the last
         `recompute_window_s` recomputing (preempted calls, evicted prefixes), and fewer than
-        `kv_bound_below_sessions` of the working set's footprints fit resident."""
+        W_min of the working set's mean footprints fit resident: with more, the engaged share is
+        steady and sharing the cache in time pays whatever it recomputes (the H200 heavy point
+        recomputes for 0.9 of its time); with fewer, each return from a tool swings the engaged
+        footprint past the cache and finds its context evicted."""
         cfg = self.config
-        return self.sessions_fit < cfg.kv_bound_below_sessions and self.recompute_share > cfg.recompute_budget
+        return self.sessions_fit < cfg.w_min and self.recompute_share > cfg.recompute_budget
 
     @property
     def tools_bottleneck(self) -> bool:

@@ -32,14 +32,10 @@ class AimdConfig:
     tool_full_share: float = 0.5
     #: The cache is the bottleneck (`AimdAdmission.kv_bound`) while the engine spent more than
     #: `recompute_budget` of about the last `recompute_window_s` computing tokens again (an EMA
-    #: over the ticks of the recomputed tokens' time at the measured prefill rate).
+    #: over the ticks of the recomputed tokens' time at the measured prefill rate), in a cache
+    #: that holds fewer than `w_min` of the admitted sessions' mean footprints at once.
     recompute_budget: float = 0.15
     recompute_window_s: float = 30.0
-    #: ... and only while fewer than this many of the working set's mean footprints fit resident:
-    #: with many sessions, the engaged share is steady and sharing the cache in time pays even
-    #: at a high recompute share (the H200 heavy point runs at 0.9); with a few, every return
-    #: from a tool swings the engaged footprint past the cache and finds its context evicted.
-    kv_bound_below_sessions: float = 8.0
     #: While the cache is the bottleneck, admitted sessions are paused only once their footprints
     #: pass this many caches (each pause costs its session a re-prefill when it resumes).
     pause_over_cache: float = 1.1
@@ -60,7 +56,6 @@ class AimdConfig:
             ("0 <= tool_full_share <= 1", 0.0 <= self.tool_full_share <= 1.0),
             ("recompute_budget >= 0", self.recompute_budget >= 0.0),
             ("recompute_window_s >= interval_s", self.recompute_window_s >= self.interval_s),
-            ("kv_bound_below_sessions >= 0", self.kv_bound_below_sessions >= 0.0),
             ("pause_over_cache >= kv_high", self.pause_over_cache >= self.kv_high),
         ]
         for what, ok in checks:
