@@ -62,13 +62,13 @@ The recompute budget decides how the cache is shared. Every tick an EMA over ~30
 share of wall time the engine spent computing tokens again (preempted calls, evicted prefixes: the
 tokens finished calls were served beyond their new ones, at the measured prefill rate). Below
 `recompute_budget` (0.15), or where W_min or more mean footprints fit resident (sessions share
-such a cache steadily whatever they recompute), sessions share the cache in time, and W_min of them are
-admitted whatever their footprints (a small cache shared by preemption beats sessions waiting at
-the door). Past it the cache is the bottleneck (`kv_bound`): K is what fits resident at once,
-sessions are paused only once their footprints pass `pause_over_cache` caches, the smallest
-first (each pause costs a re-prefill), and the liveness admission is priced: the head goes to an
-idle engine only if it fits beside the working set or re-prefilling what it evicts takes less
-than the expected wait for an admitted session to come back (`_idle_admit_pays`).
+such a cache steadily whatever they recompute), sessions share the cache in time, and W_min of
+them are admitted whatever their footprints (a small cache shared by preemption beats sessions
+waiting at the door). Past it the cache is the bottleneck (`kv_bound`): K is what fits resident
+at once, sessions are paused only once their footprints pass `pause_over_cache` caches, the
+smallest first (each pause costs a re-prefill), and the liveness admission is priced: the head
+goes to an idle engine only if it fits beside the working set or re-prefilling what it evicts
+takes less than the expected wait for an admitted session to come back (`_idle_admit_pays`).
 
 Paper constants (MARS preview): the interval, W_min, 0.7 / +1, the watermarks, cpu_cap's, 50k
 tokens / 2 long sessions. There is no W_max unless configured (the preview's 30; OpenHands runs
@@ -331,7 +331,8 @@ class AimdAdmission(Admission):
             self.working_set.add(s, ctx)
 
     def liveness_bound_s(self, ctx: PolicyContext) -> float | None:
-        """One control period, unless the tool plane is the bottleneck (see the module docstring)."""
+        """One control period, unless the tool plane is the bottleneck or an idle engine is held at
+        a price (see the module docstring)."""
         return None if self.tools_bottleneck or self._priced_hold else self.interval_s
 
     def suspend(self, s: Session, ctx: PolicyContext) -> bool:
