@@ -291,8 +291,8 @@ class AimdAdmission(Admission):
         ws, gap = self.working_set, ctx.return_gap_s
         if not ws.sessions or gap is None:
             return True
-        bs = ctx.kv.block_size
-        evict = -(-max(s.prompt_tokens, s.context_tokens) // bs) - max(0, self.resident_blocks(ctx) - ws.blocks)
+        room = max(0, self.resident_blocks(ctx) - ws.blocks)
+        evict = ctx.kv.blocks_for(max(s.prompt_tokens, s.context_tokens)) - room
         if evict <= 0:
             return True
         wait = math.inf
@@ -300,7 +300,7 @@ class AimdAdmission(Admission):
             if o.turns == o.turns_finished and o.last_turn_finished_s is not None:
                 away = ctx.now - o.last_turn_finished_s
                 wait = min(wait, gap - away if away < gap else away)
-        return evict * bs / max(ctx.prefill_tps, 1.0) <= wait
+        return evict * ctx.kv.block_size / max(ctx.prefill_tps, 1.0) <= wait
 
     def _kv_room(self) -> float:
         """Blocks of footprint the KV window admits on top of the working set (inf when off)."""
