@@ -51,7 +51,7 @@ def observe_turn_growth(ctx: PolicyContext, s: Session, prompt_tokens: int) -> N
 def observe_return_gap(ctx: PolicyContext, s: Session, now: float) -> None:
     """`s`'s next call arrived at `now`: the time since its last call ended moves
     `ctx.return_gap_s` (the first gap sets it)."""
-    if s.last_turn_finished_s is None or not s.turns_finished:
+    if s.last_turn_finished_s is None:           # (set when a call of it finishes)
         return
     gap = now - s.last_turn_finished_s
     ctx.return_gap_s = gap if ctx.return_gap_s is None else ctx.return_gap_s + RETURN_GAP_EMA * (gap - ctx.return_gap_s)
