@@ -64,8 +64,9 @@ tokens finished calls were served beyond their new ones, at the measured prefill
 `recompute_budget` (0.15), or where W_min or more mean footprints fit resident (sessions share
 such a cache steadily whatever they recompute), sessions share the cache in time, and W_min of
 them are admitted whatever their footprints (a small cache shared by preemption beats sessions
-waiting at the door). Past it the cache is the bottleneck (`kv_bound`): K is what fits resident
-at once, sessions are paused only once their footprints pass `pause_over_cache` caches, the
+waiting at the door). Past it the cache is the bottleneck (`kv_bound`, left only once twice W_min
+footprints fit or the budget holds again): K is what fits resident at once, sessions are paused
+only once their footprints pass the cache (`pause_over_cache`), the
 smallest first (each pause costs a re-prefill), and the liveness admission is priced: the head
 goes to an idle engine only if it fits beside the working set or re-prefilling what it evicts
 takes less than the expected wait for an admitted session to come back (`_idle_admit_pays`).
@@ -120,6 +121,7 @@ class AimdAdmission(Admission):
         #: The working set's mean footprints that fit resident, as of the last tick (`kv_bound`).
         self.sessions_fit = math.inf
         self._recomputed_seen = 0
+        self._kv_bound = False
         self.idle_holds = 0
         self._priced_hold = False     # the last idle engine was held at a price (`_idle_admit_pays`)
 
@@ -168,6 +170,10 @@ class AimdAdmission(Admission):
         self.recompute_share += cfg.interval_s / cfg.recompute_window_s * (busy - self.recompute_share)
         ws.refresh(ctx)
         self.sessions_fit = self.resident_blocks(ctx) * len(ws.sessions) / ws.blocks if ws.blocks else math.inf
+        # (entered below W_min footprints, left only past `leave_bound_fit` x W_min: each pause and
+        # return moves the fit across W_min, and flipping the rule with it thrashes the cache)
+        fit_bar = cfg.w_min * (cfg.leave_bound_fit if self._kv_bound else 1.0)
+        self._kv_bound = self.recompute_share > cfg.recompute_budget and self.sessions_fit < fit_bar
         self.tool_full += cfg.interval_s / cfg.tool_full_window_s * (float(ctx.cpu.full) - self.tool_full)
         # Liveness: nothing admitted is in the engine. With the tool plane overloaded and full most
         # of the last seconds, that is the bottleneck working, not idleness: more sessions would
@@ -205,9 +211,11 @@ class AimdAdmission(Admission):
         W_min of the working set's mean footprints fit resident: with more, the engaged share is
         steady and sharing the cache in time pays whatever it recomputes (the H200 heavy point
         recomputes for 0.9 of its time); with fewer, each return from a tool swings the engaged
-        footprint past the cache and finds its context evicted."""
-        cfg = self.config
-        return self.sessions_fit < cfg.w_min and self.recompute_share > cfg.recompute_budget
+        footprint past the cache and finds its context evicted. Once bound, the cache stays so
+        until `leave_bound_fit` x W_min footprints fit: pausing makes the recompute share fall
+        and the fit move across W_min within seconds, and sharing again thrashes the cache again
+        (SWE-agent on the H100 flipped every ~30 s)."""
+        return self._kv_bound
 
     @property
     def tools_bottleneck(self) -> bool:

@@ -36,9 +36,13 @@ class AimdConfig:
     #: that holds fewer than `w_min` of the admitted sessions' mean footprints at once.
     recompute_budget: float = 0.15
     recompute_window_s: float = 30.0
+    #: Once the cache is the bottleneck it stays so, while the budget is spent, until
+    #: `leave_bound_fit` x `w_min` mean footprints fit (hysteresis: pauses and returns move the fit
+    #: across `w_min` every few seconds).
+    leave_bound_fit: float = 2.0
     #: While the cache is the bottleneck, admitted sessions are paused only once their footprints
     #: pass this many caches (each pause costs its session a re-prefill when it resumes).
-    pause_over_cache: float = 1.1
+    pause_over_cache: float = 1.0
 
     def __post_init__(self) -> None:
         w_init = self.w_init if self.w_init is not None else self.w_min
@@ -57,6 +61,7 @@ class AimdConfig:
             ("recompute_budget >= 0", self.recompute_budget >= 0.0),
             ("recompute_window_s >= interval_s", self.recompute_window_s >= self.interval_s),
             ("pause_over_cache >= kv_high", self.pause_over_cache >= self.kv_high),
+            ("leave_bound_fit >= 1", self.leave_bound_fit >= 1.0),
         ]
         for what, ok in checks:
             if not ok:

@@ -66,13 +66,13 @@ def test_below_the_recompute_budget_w_min_sessions_share_the_cache_past_it_only_
         assert a.kv.admit_blocks == 900                         # all engaged: the window is resident
 
 
-def test_past_the_recompute_budget_sessions_are_paused_past_1_1_caches_the_smallest_first():
+def test_past_the_recompute_budget_sessions_are_paused_past_the_cache_the_smallest_first():
     a, ctx = AimdAdmission(AimdConfig(w_init=50)), ctx_with(total=1000)
-    ss = admitted(a, ctx, {"old": 4800, "s1": 3200, "s2": 4000, "s3": 4800}, engaged=True)
+    ss = admitted(a, ctx, {"old": 4800, "s1": 3200, "s2": 4000, "s3": 3200}, engaged=True)
     run_ticks(a, ctx, 20.0, recomputing=True)
-    assert a.kv_bound and a.working_set.blocks == 1050          # over the 900 resident, not 1,100
+    assert a.kv_bound and a.working_set.blocks == 950           # over the 900 resident, not the cache
     assert not any(a.suspend(s, ctx) for s in ss.values())
-    ss["s3"].context_tokens = 6400                               # 1,150 blocks
+    ss["s3"].context_tokens = 4800                               # 1,050 blocks
     a.tick(ctx)
     assert [sid for sid, s in ss.items() if a.suspend(s, ctx)] == ["s1"]   # not the youngest (s3)
 
@@ -105,3 +105,21 @@ def test_a_cache_that_holds_many_sessions_is_shared_in_time_whatever_it_recomput
     run_ticks(a, ctx, 20.0, recomputing=True)
     assert a.recompute_share > a.config.recompute_budget and a.sessions_fit == 900 * 3 / 96
     assert not a.kv_bound
+
+
+def test_once_the_cache_is_the_bottleneck_it_stays_so_until_twice_w_min_footprints_fit():
+    """Pauses and returns move the fit across W_min every few seconds; the rule must not flip
+    with it (sharing again is what made the cache thrash)."""
+    def fit_after(a: AimdAdmission, ctx: PolicyContext, ss: dict[str, Session], tokens: int) -> float:
+        for s in ss.values():
+            s.context_tokens = s.prompt_tokens = tokens
+        run_ticks(a, ctx, 1.0, recomputing=True)
+        return a.sessions_fit
+
+    a, ctx = AimdAdmission(AimdConfig(w_init=50)), ctx_with(total=1000)
+    ss = admitted(a, ctx, {"s0": 4000, "s1": 4000, "s2": 4000}, engaged=True)   # 3.6 fit
+    run_ticks(a, ctx, 20.0, recomputing=True)
+    assert a.kv_bound
+    assert fit_after(a, ctx, ss, 2000) == 7.2 and a.kv_bound      # between W_min and 2 x W_min: stays
+    assert fit_after(a, ctx, ss, 1000) > 8 and not a.kv_bound     # past 2 x W_min: leaves
+    assert fit_after(a, ctx, ss, 2000) == 7.2 and not a.kv_bound  # and enters again only below W_min
