@@ -214,7 +214,7 @@ class AimdAdmission(Admission):
         footprint past the cache and finds its context evicted. Once bound, the cache stays so
         until `leave_bound_fit` x W_min footprints fit: pausing makes the recompute share fall
         and the fit move across W_min within seconds, and sharing again thrashes the cache again
-        (SWE-agent on the H100 flipped every ~30 s)."""
+        (SWE-agent on the H100 flipped every 10-30 s)."""
         return self._kv_bound
 
     @property
