@@ -38,7 +38,7 @@ class AimdConfig:
     recompute_window_s: float = 30.0
     #: Once the cache is the bottleneck it stays so, while the budget is spent, until
     #: `leave_bound_fit` x `w_min` mean footprints fit (hysteresis: pauses and returns move the fit
-    #: across `w_min` every few seconds).
+    #: across `w_min` every 10-30 s on SWE-agent traffic on the H100).
     leave_bound_fit: float = 2.0
     #: While the cache is the bottleneck, admitted sessions are paused only once their footprints
     #: pass this many caches (each pause costs its session a re-prefill when it resumes).
