@@ -66,10 +66,10 @@ such a cache steadily whatever they recompute), sessions share the cache in time
 them are admitted whatever their footprints (a small cache shared by preemption beats sessions
 waiting at the door). Past it the cache is the bottleneck (`kv_bound`, left only once twice W_min
 footprints fit or the budget holds again): K is what fits resident at once, sessions are paused
-only once their footprints pass the cache (`pause_over_cache`), the
-smallest first (each pause costs a re-prefill), and the liveness admission is priced: the head
-goes to an idle engine only if it fits beside the working set or re-prefilling what it evicts
-takes less than the expected wait for an admitted session to come back (`_idle_admit_pays`).
+only once their footprints pass the cache (`pause_over_cache`), the smallest first (each pause
+costs a re-prefill), and the liveness admission is priced: the head goes to an idle engine only
+if it fits beside the working set or re-prefilling what it evicts takes less than the expected
+wait for an admitted session to come back (`_idle_admit_pays`).
 
 Paper constants (MARS preview): the interval, W_min, 0.7 / +1, the watermarks, cpu_cap's, 50k
 tokens / 2 long sessions. There is no W_max unless configured (the preview's 30; OpenHands runs
