@@ -334,6 +334,7 @@ async def _replay(server: EngineServer, plan: BenchPlan, args: argparse.Namespac
         config = ReplayConfig(token_scale=args.token_scale, tool_time_scale=args.tool_time_scale,
                               events=args.events, stall_after_s=args.stall_after)
         replayer = Replayer(engine, pool, plan.space, config, on_turn=lambda *_: bar.update(1))
+        await pool.warm()
         outcome = await replayer.run(plan.sessions)
         after, stats = await engine.metrics(), await engine.stats()
         return PolicyRun(outcome, before, after, stats)
@@ -354,6 +355,7 @@ async def _replay_cluster(cluster: Cluster, plan: BenchPlan, args: argparse.Name
         config = ReplayConfig(token_scale=args.token_scale, tool_time_scale=args.tool_time_scale,
                               call_retries=CALL_RETRIES, events=args.events, stall_after_s=args.stall_after)
         replayer = Replayer(engine, pool, plan.space, config, on_turn=lambda *_: bar.update(1))
+        await pool.warm()
         if args.kill_replica_after:
             t0 = time.monotonic()
             killer = Killer(cluster, args.replicas - 1, args.kill_replica_after,

@@ -5,6 +5,11 @@ sleep would leave the CPU plane empty; here each call runs as real subprocesses 
 `duration_s` on `cpu_cores` cores (a fractional core spins with that duty cycle), so tools compete
 with the engine and with each other exactly as on the agent's host. At most `workers` calls run at
 once; later calls wait in FIFO order, and the wait is measured separately from the run time.
+
+The spinning processes are started ahead of the calls (`workers` of them wait, started, for their
+deadline on stdin): starting a Python process on a busy tool core took 0.3 s, so a 12 ms file edit
+ran for 0.33-0.40 s on the 2-core host, every call of a trace ran 0.3 s longer than it says, and the
+simulators, which run the trace's durations, were judged against a different workload.
 """
 from __future__ import annotations
 
@@ -18,12 +23,16 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-#: Spins until an absolute wall-clock deadline with a duty cycle (1.0 = a full core, 0 = sleep).
+#: Waits for "DEADLINE DUTY" on stdin (exits on EOF), then spins until that absolute wall-clock
+#: deadline with that duty cycle (1.0 = a full core, 0 = sleep).
 _SPIN = """
 import os, sys, time
-deadline, duty = float(sys.argv[1]), float(sys.argv[2])
-if len(sys.argv) > 3:
-    os.sched_setaffinity(0, {int(c) for c in sys.argv[3].split(",")})
+if len(sys.argv) > 1:
+    os.sched_setaffinity(0, {int(c) for c in sys.argv[1].split(",")})
+line = sys.stdin.readline()
+if not line:
+    sys.exit(0)
+deadline, duty = map(float, line.split())
 period = 0.02
 while True:
     now = time.time()
@@ -74,6 +83,9 @@ class ToolPool:
         self._free = workers
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._procs: set[asyncio.subprocess.Process] = set()
+        #: Started spinners waiting for a call (`workers` kept ready), and the starts under way.
+        self._ready: deque[asyncio.subprocess.Process] = deque()
+        self._starting: set[asyncio.Task[None]] = set()
         self._running = 0
         self._closed = False
 
@@ -91,7 +103,46 @@ class ToolPool:
         return self._running + self.queued
 
     def live_pids(self) -> list[int]:
+        """The running calls' processes (not the ready spinners)."""
         return [p.pid for p in self._procs if p.returncode is None]
+
+    def ready_pids(self) -> list[int]:
+        return [p.pid for p in self._ready if p.returncode is None]
+
+    async def warm(self) -> None:
+        """Start the ready spinners now, so that the first calls need no process start either."""
+        self._refill()
+        if self._starting:
+            await asyncio.gather(*self._starting)
+
+    def _refill(self) -> None:
+        for _ in range(self.workers - len(self._ready) - len(self._starting)):
+            task = asyncio.get_running_loop().create_task(self._start_ready())
+            self._starting.add(task)
+            task.add_done_callback(self._starting.discard)
+
+    async def _start_ready(self) -> None:
+        p = await self._spawn()
+        if self._closed:
+            await self._kill([p])
+        else:
+            self._ready.append(p)
+
+    async def _spawn(self) -> asyncio.subprocess.Process:
+        return await asyncio.create_subprocess_exec(
+            self._python, "-S", "-c", _SPIN, *self._cores,
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL, start_new_session=True)
+
+    async def _spinner(self) -> asyncio.subprocess.Process:
+        """A ready spinner if one is alive, else one started now; ready ones are replaced."""
+        while self._ready:
+            p = self._ready.popleft()
+            if p.returncode is None:
+                self._refill()
+                return p
+        self._refill()
+        return await self._spawn()
 
     async def _acquire(self, joined: Callable[[], None]) -> None:
         """Take a worker (counted as running) or wait for one in FIFO order; `joined` is called
@@ -141,12 +192,12 @@ class ToolPool:
         try:
             deadline = time.time() + duration_s
             for duty in _core_shares(cpu_cores):
-                p = await asyncio.create_subprocess_exec(
-                    self._python, "-S", "-c", _SPIN, repr(deadline), repr(duty), *self._cores,
-                    stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
-                    stderr=asyncio.subprocess.DEVNULL, start_new_session=True)
+                p = await self._spinner()
                 procs.append(p)
                 self._procs.add(p)
+                assert p.stdin is not None
+                p.stdin.write(f"{deadline!r} {duty!r}\n".encode())
+                p.stdin.close()
             codes = [await p.wait() for p in procs]
             finished = time.monotonic()
             status = next((c for c in codes if c != 0), 0)
@@ -162,6 +213,8 @@ class ToolPool:
     @staticmethod
     async def _kill(procs: list[asyncio.subprocess.Process]) -> None:
         for p in procs:
+            if p.stdin is not None and not p.stdin.is_closing():
+                p.stdin.close()
             if p.returncode is None:
                 try:
                     os.killpg(p.pid, signal.SIGKILL)
@@ -171,11 +224,14 @@ class ToolPool:
             await p.wait()
 
     async def close(self) -> None:
-        """Refuse new calls, fail queued ones, kill and reap every running child."""
+        """Refuse new calls, fail queued ones, kill and reap every running child and ready spinner."""
         self._closed = True
         for fut in self._waiters:
             if not fut.done():
                 fut.set_exception(RuntimeError("tool pool closed"))
         self._waiters.clear()
-        await self._kill(list(self._procs))
+        if self._starting:
+            await asyncio.gather(*self._starting)      # each kills its own spinner (closed)
+        await self._kill(list(self._procs) + list(self._ready))
         self._procs.clear()
+        self._ready.clear()
