@@ -482,6 +482,9 @@ def _run_all(names: list[str], configs: dict[str, Configuration], plan: BenchPla
                     print(f"{tag}: {stall.describe()}", file=sys.stderr)
                 elif failed:
                     print(f"{tag}: {len(failed)} session(s) failed, first: {failed[0].error}", file=sys.stderr)
+                retried = sum(r.failed_calls for r in runs[name].outcome.sessions)
+                if retried and args.replicas == 1:
+                    print(f"{tag}: {retried} call(s) sent again after a broken connection", file=sys.stderr)
             rounds.append({n: runs[n] for n in names})
     return cal, rounds, failovers
 

@@ -54,7 +54,7 @@ class SessionRecord:
     started_s: float | None = None       # when the first request actually went out
     finish_s: float | None = None        # None: did not complete
     error: str | None = None
-    failed_calls: int = 0                # attempts that failed and were retried (a replica died)
+    failed_calls: int = 0                # attempts that failed and were retried (a replica died, a connection broke)
     turns: list[TurnRecord] = field(default_factory=list)
 
 
@@ -86,6 +86,10 @@ class ReplayConfig:
     #: client retries server errors (behind a router a dead replica's sessions move on retry).
     call_retries: int = 0
     retry_backoff_s: float = 0.5
+    #: A call whose connection broke (a pooled keep-alive connection the server closed as it was
+    #: reused: `httpx.ReadError`) is sent again up to this many times, as the OpenAI client retries
+    #: connection errors (twice by default); counted in `SessionRecord.failed_calls`.
+    connection_retries: int = 2
     #: `real`: the agent's boundary events and tool telemetry. `none`: nothing, as an agent that
     #: knows nothing of MARS; the engine sees only its calls (the session id and turn index they
     #: carry). `inferred`: only what the engine infers from replies ending with tool calls.
@@ -195,8 +199,11 @@ class Replayer:
             while True:
                 try:
                     return await self.engine.complete(prompt, output_tokens, session_id, k)
-                except (EngineError, httpx.HTTPError):
-                    if failed >= self.config.call_retries:
+                except (EngineError, httpx.HTTPError) as e:
+                    retries = self.config.call_retries
+                    if isinstance(e, httpx.TransportError):
+                        retries = max(retries, self.config.connection_retries)
+                    if failed >= retries:
                         raise
                     failed += 1
                     rec.failed_calls += 1

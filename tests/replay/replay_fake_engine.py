@@ -11,6 +11,7 @@ import json
 import socket
 import threading
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 import uvicorn
@@ -36,6 +37,7 @@ class FakeEngine:
     prefill_delay_s: float = 0.0              # per prompt token the (fake) cache did not serve
     fail_session: str | None = None           # answer this session's requests with HTTP 500
     fail_first: int = 0                       # answer the first N completions with HTTP 500
+    drop_first: int = 0                       # break the connection of the first N completions
     events_status: int = 200                  # force an error status on /mars/v1/events
     #: Hold these sessions' calls (None: every session's) unanswered, as an admission gate that never
     #: admits them while the engine idles; /mars/v1/stats then reports them parked.
@@ -65,6 +67,12 @@ class FakeEngine:
         for end in range(self.block, len(tokens) + 1, self.block):
             self.cached_blocks.add(tuple(tokens[:end]))
 
+    @staticmethod
+    async def _broken() -> AsyncIterator[bytes]:
+        """A reply cut off before its first byte: the server drops the connection."""
+        raise ConnectionResetError("injected broken connection")
+        yield b""  # pragma: no cover (makes this an async generator)
+
     def app(self) -> FastAPI:
         app = FastAPI()
 
@@ -92,6 +100,8 @@ class FakeEngine:
             self.requests.append({"t": time.monotonic(), "session": sid, "body": body})
             if (sid is not None and sid == self.fail_session) or len(self.requests) <= self.fail_first:
                 return JSONResponse({"error": {"message": "injected failure"}}, status_code=500)
+            if len(self.requests) <= self.drop_first:
+                return StreamingResponse(self._broken(), media_type="text/event-stream")
             if not (isinstance(prompt, list) and all(isinstance(i, int) and 0 <= i < self.vocab for i in prompt)):
                 return JSONResponse({"error": {"message": "bad prompt ids"}}, status_code=400)
             n = body["max_tokens"]

@@ -54,6 +54,19 @@ def test_failed_calls_are_retried_and_counted(fake_engine):
     assert rec.finish_s is not None and rec.error is None and rec.failed_calls == 2
 
 
+def test_a_broken_connection_is_retried_as_an_openai_client_does(fake_engine):
+    fake_engine.drop_first = 2
+    out = replay(fake_engine.url, _sessions(1), retry_backoff_s=0.01, workers=4)
+    rec = out.sessions[0]
+    assert rec.finish_s is not None and rec.error is None and rec.failed_calls == 2
+
+
+def test_a_connection_broken_past_the_retries_fails_its_session(fake_engine):
+    fake_engine.drop_first = 3
+    out = replay(fake_engine.url, _sessions(1), retry_backoff_s=0.01, workers=4)
+    assert out.sessions[0].finish_s is None and out.sessions[0].error
+
+
 def test_without_retries_a_failed_call_fails_its_session(fake_engine):
     fake_engine.fail_first = 1
     out = replay(fake_engine.url, _sessions(1), workers=4)
