@@ -6,10 +6,10 @@ sleep would leave the CPU plane empty; here each call runs as real subprocesses 
 with the engine and with each other exactly as on the agent's host. At most `workers` calls run at
 once; later calls wait in FIFO order, and the wait is measured separately from the run time.
 
-The spinning processes are started ahead of the calls (`workers` of them wait, started, for their
-deadline on stdin): starting a Python process on a busy tool core took 0.3 s, so a 12 ms file edit
-ran for 0.33-0.40 s on the 2-core host, every call of a trace ran 0.3 s longer than it says, and the
-simulators, which run the trace's durations, were judged against a different workload.
+The spinning processes are started ahead of the calls and serve one call after another: starting a
+Python process on the busy tool core took 0.3-1 s, so a 12 ms file edit ran for 0.33-0.40 s on the
+2-core host, every call of a trace ran longer than it says, and the simulators, which run the trace's
+durations, were judged against another workload.
 """
 from __future__ import annotations
 
@@ -23,32 +23,38 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-#: Waits for "DEADLINE DUTY" on stdin (exits on EOF), then spins until that absolute wall-clock
-#: deadline with that duty cycle (1.0 = a full core, 0 = sleep).
+#: For each "DEADLINE DUTY" line on stdin, spins until that absolute wall-clock deadline with that
+#: duty cycle (1.0 = a full core, 0 = sleep), then answers "done"; exits on EOF.
 _SPIN = """
 import os, sys, time
 if len(sys.argv) > 1:
     os.sched_setaffinity(0, {int(c) for c in sys.argv[1].split(",")})
-line = sys.stdin.readline()
-if not line:
-    sys.exit(0)
-deadline, duty = map(float, line.split())
 period = 0.02
 while True:
-    now = time.time()
-    if now >= deadline:
+    line = sys.stdin.readline()
+    if not line:
         break
-    if duty >= 1.0:
-        continue
-    busy_until = min(deadline, now + duty * period)
-    while time.time() < busy_until:
-        pass
-    rest = min(deadline - time.time(), (1.0 - duty) * period)
-    if rest > 0:
-        time.sleep(rest)
+    deadline, duty = map(float, line.split())
+    while True:
+        now = time.time()
+        if now >= deadline:
+            break
+        if duty >= 1.0:
+            continue
+        busy_until = min(deadline, now + duty * period)
+        while time.time() < busy_until:
+            pass
+        rest = min(deadline - time.time(), (1.0 - duty) * period)
+        if rest > 0:
+            time.sleep(rest)
+    sys.stdout.write("done\\n")
+    sys.stdout.flush()
 """
 
+
 MAX_CORES_PER_CALL = 64
+#: Ready spinners kept per worker at most (the rest of those a many-core call returns exit).
+MAX_READY_PER_WORKER = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +89,9 @@ class ToolPool:
         self._free = workers
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._procs: set[asyncio.subprocess.Process] = set()
-        #: Started spinners waiting for a call (`workers` kept ready), and the starts under way.
+        #: Started spinners waiting for a call (at least `workers` kept ready, at most
+        #: `MAX_READY_PER_WORKER` x `workers`: a call on several cores returns several), and the
+        #: starts under way.
         self._ready: deque[asyncio.subprocess.Process] = deque()
         self._starting: set[asyncio.Task[None]] = set()
         self._running = 0
@@ -131,8 +139,22 @@ class ToolPool:
     async def _spawn(self) -> asyncio.subprocess.Process:
         return await asyncio.create_subprocess_exec(
             self._python, "-S", "-c", _SPIN, *self._cores,
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.DEVNULL,
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.DEVNULL, start_new_session=True)
+
+    async def _spin(self, p: asyncio.subprocess.Process, deadline: float, duty: float) -> int:
+        """One share of a call on spinner `p`: 0 once it answers, else its exit status (it died).
+        A spinner that answered is ready for the next call."""
+        assert p.stdin is not None and p.stdout is not None
+        p.stdin.write(f"{deadline!r} {duty!r}\n".encode())
+        if await p.stdout.readline() != b"done\n":
+            return await p.wait() or 1
+        self._procs.discard(p)
+        if self._closed or len(self._ready) >= MAX_READY_PER_WORKER * self.workers:
+            await self._kill([p])
+        else:
+            self._ready.append(p)
+        return 0
 
     async def _spinner(self) -> asyncio.subprocess.Process:
         """A ready spinner if one is alive, else one started now; ready ones are replaced."""
@@ -191,19 +213,17 @@ class ToolPool:
         procs: list[asyncio.subprocess.Process] = []
         try:
             deadline = time.time() + duration_s
-            for duty in _core_shares(cpu_cores):
+            for _ in _core_shares(cpu_cores):
                 p = await self._spinner()
                 procs.append(p)
                 self._procs.add(p)
-                assert p.stdin is not None
-                p.stdin.write(f"{deadline!r} {duty!r}\n".encode())
-                p.stdin.close()
-            codes = [await p.wait() for p in procs]
+            codes = await asyncio.gather(*(self._spin(p, deadline, duty)
+                                           for p, duty in zip(procs, _core_shares(cpu_cores), strict=True)))
             finished = time.monotonic()
             status = next((c for c in codes if c != 0), 0)
             return ToolRun(queue_wait_s=started - submitted, run_s=finished - started, exit_status=status)
         except BaseException:
-            await self._kill(procs)
+            await self._kill([p for p in procs if p in self._procs])
             raise
         finally:
             self._procs.difference_update(procs)
