@@ -264,7 +264,7 @@ class AimdAdmission(Admission):
                     # Recomputing is cheap here: W_min sessions share the cache by preemption
                     # whatever their footprints (the KV budget still binds their first prefill).
                     taken = {s.session_id for s in chosen}
-                    budget = view.budget_blocks - sum(ctx.kv.blocks_for(s.prompt_tokens) for s in chosen)
+                    budget = view.budget_blocks - sum(s.prefill_blocks(ctx.kv.block_size) for s in chosen)
                     chosen += self.balancer.select([s for s in backlog if s.session_id not in taken], floor,
                                                    p.with_budget(budget), ctx)
                 self._fruitless = None if chosen else state
@@ -322,7 +322,7 @@ class AimdAdmission(Admission):
         s = next((s for s in backlog if not s.turns_finished and now - s.first_arrival_s >= bar), None)
         if s is None:
             return []
-        if (ctx.kv.blocks_for(s.prompt_tokens) > self.pressure.budget_blocks - self._pending_blocks
+        if (s.prefill_blocks(ctx.kv.block_size) > self.pressure.budget_blocks - self._pending_blocks
                 or footprints(ctx)(s) > self._kv_room()):
             return []
         self.overdue_admits += 1
@@ -331,7 +331,7 @@ class AimdAdmission(Admission):
     def _admitted(self, chosen: Sequence[Session], ctx: PolicyContext) -> None:
         self.balancer.admitted(chosen, ctx.now)
         for s in chosen:
-            self._pending_blocks += ctx.kv.blocks_for(s.prompt_tokens)
+            self._pending_blocks += s.prefill_blocks(ctx.kv.block_size)
             self.working_set.add(s, ctx)
 
     def rejoin(self, s: Session, ctx: PolicyContext) -> None:

@@ -231,7 +231,7 @@ class LoadBalancer:
             if long and (long_room <= 0 or not (short_gate_open or overdue)):
                 continue
             c, p = s.context_tokens, s.prompt_tokens
-            cost, fp = -(-p // bs), -(-((c if c > p else p) + growth) // bs)
+            cost, fp = s.prefill_blocks(bs), -(-((c if c > p else p) + growth) // bs)
             if cost > budget or fp > room_blocks:
                 if sorted_by_size and fresh and not overdue:
                     break          # (overdue ones come first, out of size order)

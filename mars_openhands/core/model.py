@@ -76,6 +76,7 @@ class Session:
     first_arrival_s: float
     first_prompt_tokens: int = 0   # estimated first prefill (known once the first call arrived)
     prompt_tokens: int = 0         # prompt of its latest call
+    prompt_hit_tokens: int = 0     # the prefix-cache hit the engine expected for it on arrival
     turns: int = 0                 # calls submitted so far
     turns_finished: int = 0
     service_tokens: int = 0        # tokens consumed by finished calls (program-level attained service)
@@ -90,6 +91,11 @@ class Session:
     turn_index: int = -1           # of its latest call here (the client's count; -1: none yet)
     #: A call of it skipped turn indices: its calls (and events) also go to other replicas.
     roaming: bool = False
+
+    def prefill_blocks(self, block_size: int) -> int:
+        """Blocks its latest call's prefill takes beyond the prefix the cache holds for it (a system
+        prompt other sessions share is held once, not once per session admitted)."""
+        return -(-self.prompt_tokens // block_size) - self.prompt_hit_tokens // block_size
 
 
 @dataclass(slots=True)

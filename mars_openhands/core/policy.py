@@ -125,6 +125,7 @@ class Policy:
             observe_return_gap(ctx, s, now)
         s.turns += 1
         s.prompt_tokens = req.prompt_tokens
+        s.prompt_hit_tokens = req.cached_tokens
         s.in_tool = None
         self.ordering.on_arrival(req, ctx)
         if self.admission is not None:

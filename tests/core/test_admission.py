@@ -222,6 +222,17 @@ def test_every_admission_must_fit_the_kv_budget():
     assert ids(lb.select(backlog, 3, Pressure(budget_blocks=0), ctx)) == []
 
 
+def test_a_first_prefill_is_charged_only_the_blocks_the_prefix_cache_does_not_hold():
+    """A system prompt other sessions share is held once: a new session whose prompt is mostly
+    that prefix needs only its own blocks (at point A, 3-4 of a 13-block first prompt)."""
+    lb, ctx = LoadBalancer(), ctx_with()
+    cold, warm = sessions(1600, 1600)                        # 100 blocks each
+    warm.prompt_hit_tokens = 1200                            # 75 of them cached (whole blocks)
+    assert warm.prefill_blocks(16) == 25 and cold.prefill_blocks(16) == 100
+    assert ids(lb.select([cold], 1, Pressure(budget_blocks=50), ctx)) == []
+    assert ids(lb.select([warm], 1, Pressure(budget_blocks=50), ctx)) == ["s1"]
+
+
 def test_long_sessions_wait_for_short_ones_kv_health_and_the_in_flight_cap():
     lb, ctx = LoadBalancer(), ctx_with(total=100_000, free=100_000)
     ok = Pressure(budget_blocks=90_000)
