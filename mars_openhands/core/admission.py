@@ -262,7 +262,8 @@ class AimdAdmission(Admission):
                 floor = min(slots, self.config.w_min - len(ws.sessions)) - len(chosen)
                 if floor > 0 and not self.kv_bound:
                     # Recomputing is cheap here: W_min sessions share the cache by preemption
-                    # whatever their footprints (the KV budget still binds their first prefill).
+                    # whatever their footprints (the KV budget still binds their first prefill,
+                    # beyond its prefix-cache hit).
                     taken = {s.session_id for s in chosen}
                     budget = view.budget_blocks - sum(s.prefill_blocks(ctx.kv.block_size) for s in chosen)
                     chosen += self.balancer.select([s for s in backlog if s.session_id not in taken], floor,

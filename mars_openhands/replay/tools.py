@@ -213,12 +213,13 @@ class ToolPool:
         procs: list[asyncio.subprocess.Process] = []
         try:
             deadline = time.time() + duration_s
-            for _ in _core_shares(cpu_cores):
+            shares = _core_shares(cpu_cores)
+            for _ in shares:
                 p = await self._spinner()
                 procs.append(p)
                 self._procs.add(p)
             codes = await asyncio.gather(*(self._spin(p, deadline, duty)
-                                           for p, duty in zip(procs, _core_shares(cpu_cores), strict=True)))
+                                           for p, duty in zip(procs, shares, strict=True)))
             finished = time.monotonic()
             status = next((c for c in codes if c != 0), 0)
             return ToolRun(queue_wait_s=started - submitted, run_s=finished - started, exit_status=status)
