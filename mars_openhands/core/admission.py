@@ -17,8 +17,9 @@ Every `interval_s` (0.2 s) `tick()` reads both planes and moves two limits:
 
   Backlog is tool calls in flight per call the host can run: per worker while nothing queues,
   else per call running now. `calls` is the workers until calls first queue, then an EMA of the
-  calls running while calls queue: a host full of 4-core builds runs a quarter as many calls as it
-  has workers, and a cap in workers would let four times too many sessions queue for it.
+  calls running while calls queue: what a full host measurably runs, which is not its workers where
+  calls hold fractions of one (five file views share a worker) or where a real host runs fewer
+  heavy builds at once than it has workers.
 
   The paper's cpu_cap assumes every admitted session has a tool call in flight. We measure the
   share instead: an EMA of the admitted sessions with no call in the engine (in a tool, or

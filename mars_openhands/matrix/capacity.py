@@ -3,8 +3,9 @@
 A session needs the engine (prefill + decode) and the tool pool, one after the other, so a host
 serves at most ``min(engine_sps, tool_sps)`` sessions/s, each estimated from the trace itself:
 
-- ``tool_sps = workers / W``, W the mean tool work of a session in core-seconds (a call holds
-  ``min(cpu_cores, workers)`` cores for its duration, as `sim.tools.ToolPool` runs it);
+- ``tool_sps = workers / W``, W the mean tool work of a session in worker-seconds (a call holds
+  one worker, or the fraction of one its ``cpu_cores`` name, for its duration, as
+  `sim.tools.ToolPool` and the replay's pool run it);
 - ``engine_sps = 1 / E``, E the mean engine seconds of a session at a full batch, from the
   profile's cost model: prefill of the tokens a warm cache cannot serve (``b`` per token + ``c`` per
   token x context token, as `sim.runner.ideal_latency` counts them), and decode where each token
@@ -22,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from mars_openhands.sim.profiles import Profile
-from mars_openhands.workload.trace import SessionTrace
+from mars_openhands.workload.trace import SessionTrace, worker_share
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +67,5 @@ def host_capacity(sessions: Sequence[SessionTrace], profile: Profile, *, tool_wo
     resident = sum(t.input_tokens + t.output_tokens / 2 for t in turns) / len(turns)
     batch = max(1.0, min(float(profile.max_num_seqs), kv_blocks * profile.block_size / resident))
     engine = sum(_engine_seconds(s, profile, batch) for s in sessions) / len(sessions)
-    work = sum(t.tool.duration_s * min(t.tool.cpu_cores, tool_workers)
-               for t in turns if t.tool is not None) / len(sessions)
+    work = sum(t.tool.duration_s * worker_share(t.tool.cpu_cores) for t in turns if t.tool is not None) / len(sessions)
     return Capacity(engine_sps=1.0 / engine, tool_sps=tool_workers / work if work > 0 else float("inf"))

@@ -3,8 +3,10 @@
 A trace's tool call says how long it ran and how many host cores it kept busy. Replaying it with a
 sleep would leave the CPU plane empty; here each call runs as real subprocesses that spin for
 `duration_s` on `cpu_cores` cores (a fractional core spins with that duty cycle), so tools compete
-with the engine and with each other exactly as on the agent's host. At most `workers` calls run at
-once; later calls wait in FIFO order, and the wait is measured separately from the run time.
+with the engine and with each other exactly as on the agent's host. A call holds one of the
+`workers`, or the fraction of one its `cpu_cores` name (`workload.trace.worker_share`, as the
+simulator's pool): a file view 0.2, a wait for a human 0.01, a build on 4 cores one. Later calls
+wait in FIFO order, and the wait is measured separately from the run time.
 
 The spinning processes are started ahead of the calls and serve one call after another: starting a
 Python process on the busy tool core took 0.3-1 s, so a 12 ms file edit ran for 0.33-0.40 s on the
@@ -22,6 +24,8 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from mars_openhands.workload.trace import worker_share
 
 #: For each "DEADLINE DUTY" line on stdin, spins until that absolute wall-clock deadline with that
 #: duty cycle (1.0 = a full core, 0 = sleep), then answers "done"; exits on EOF.
@@ -75,7 +79,8 @@ def _core_shares(cpu_cores: float) -> list[float]:
 
 
 class ToolPool:
-    """N tool workers with a FIFO queue; every child process is killed on cancel or close."""
+    """N tool workers with a FIFO queue (a call holds its `worker_share`); every child process is
+    killed on cancel or close."""
 
     def __init__(self, workers: int, python: str = sys.executable, cores: frozenset[int] | None = None) -> None:
         """`cores`: the host cores the tools may spin on (None: any; see `replay.cores`)."""
@@ -86,8 +91,8 @@ class ToolPool:
         self.workers = workers
         self._python = python
         self._cores = () if cores is None else (",".join(map(str, sorted(cores))),)
-        self._free = workers
-        self._waiters: deque[asyncio.Future[None]] = deque()
+        self._free = float(workers)       # workers not held, in shares of one (`sim.tools.worker_share`)
+        self._waiters: deque[tuple[asyncio.Future[None], float]] = deque()
         self._procs: set[asyncio.subprocess.Process] = set()
         #: Started spinners waiting for a call (at least `workers` kept ready, at most
         #: `MAX_READY_PER_WORKER` x `workers`: a call on several cores returns several), and the
@@ -103,7 +108,7 @@ class ToolPool:
 
     @property
     def queued(self) -> int:
-        return sum(1 for f in self._waiters if not f.done())
+        return sum(1 for f, _ in self._waiters if not f.done())
 
     @property
     def in_flight(self) -> int:
@@ -166,34 +171,45 @@ class ToolPool:
         self._refill()
         return await self._spawn()
 
-    async def _acquire(self, joined: Callable[[], None]) -> None:
-        """Take a worker (counted as running) or wait for one in FIFO order; `joined` is called
-        as soon as the call counts in `in_flight`, queued or running."""
-        if self._free > 0 and not self._waiters:
-            self._free -= 1
+    async def _acquire(self, share: float, joined: Callable[[], None]) -> None:
+        """Take `share` of a worker (counted as running) or wait for it in FIFO order; `joined` is
+        called as soon as the call counts in `in_flight`, queued or running."""
+        if self._free + 1e-9 >= share and not self._waiters:
+            self._free -= share
             self._running += 1
             joined()
             return
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.append(fut)
+        entry = (fut, share)
+        self._waiters.append(entry)
         joined()
         try:
             await fut
         except asyncio.CancelledError:
             if fut.done() and not fut.cancelled():
-                self._release()          # the slot was handed to us as we were cancelled
+                self._release(share)     # the share was handed to us as we were cancelled
             else:
-                self._waiters.remove(fut)
+                self._waiters.remove(entry)
+                self._hand_over()        # the next in line may fit now
             raise
         self._running += 1
 
-    def _release(self) -> None:
+    def _release(self, share: float) -> None:
+        self._free += share
+        self._hand_over()
+
+    def _hand_over(self) -> None:
+        """Hand free shares to the calls in line, in order, while the first one fits."""
         while self._waiters:
-            fut = self._waiters.popleft()
-            if not fut.done():
-                fut.set_result(None)     # hand the worker straight to the next in line
+            fut, share = self._waiters[0]
+            if fut.done():
+                self._waiters.popleft()
+                continue
+            if self._free + 1e-9 < share:
                 return
-        self._free += 1
+            self._waiters.popleft()
+            self._free -= share
+            fut.set_result(None)
 
     async def run(self, duration_s: float, cpu_cores: float = 1.0,
                   joined: Callable[[], None] = lambda: None) -> ToolRun:
@@ -208,7 +224,8 @@ class ToolPool:
         if self._closed:
             raise RuntimeError("tool pool is closed")
         submitted = time.monotonic()
-        await self._acquire(joined)
+        share = worker_share(cpu_cores if cpu_cores > 0 else 1.0)
+        await self._acquire(share, joined)
         started = time.monotonic()
         procs: list[asyncio.subprocess.Process] = []
         try:
@@ -229,7 +246,7 @@ class ToolPool:
         finally:
             self._procs.difference_update(procs)
             self._running -= 1
-            self._release()
+            self._release(share)
 
     @staticmethod
     async def _kill(procs: list[asyncio.subprocess.Process]) -> None:
@@ -247,7 +264,7 @@ class ToolPool:
     async def close(self) -> None:
         """Refuse new calls, fail queued ones, kill and reap every running child and ready spinner."""
         self._closed = True
-        for fut in self._waiters:
+        for fut, _ in self._waiters:
             if not fut.done():
                 fut.set_exception(RuntimeError("tool pool closed"))
         self._waiters.clear()

@@ -1,15 +1,20 @@
-"""The host's tool pool (the CPU plane): N cores shared by tool calls, FIFO when they are all busy.
+"""The host's tool pool (the CPU plane): N workers shared by tool calls, FIFO when they are all busy.
 
-A tool call needs `cpu_cores` cores for its whole duration; it starts when the cores are free and
-every call queued before it has started (FIFO, no overtaking), or at once on an idle pool when it
-asks for more cores than the pool has. Its run time is the trace's duration (tools do not slow each
-other down); what contention costs is the wait in the queue.
+A tool call holds one worker for its whole duration, or the fraction of one its `cpu_cores` names
+(a file view 0.2, a wait for a human 0.01); it starts when that much is free and every call queued
+before it has started (FIFO, no overtaking). Cores beyond one load the host's CPUs but hold no more
+workers, as in the replay's pool (`replay.tools`), which the simulator must predict: a 2-core build
+that waited for both workers of a 2-worker pool sat behind a 60 s call with one worker idle and
+eleven calls queued behind it, a stall the replay and a real host never show. Its run time is the
+trace's duration (tools do not slow each other down); what contention costs is the wait in the queue.
 """
 from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+from mars_openhands.workload.trace import worker_share
 
 
 @dataclass(slots=True, eq=False)
@@ -64,7 +69,7 @@ class ToolPool:
 
     def finish(self, job: ToolJob, now: float) -> list[ToolJob]:
         """`job` ended; returns the queued jobs that start now."""
-        self.busy -= job.cores
+        self.busy -= worker_share(job.cores)
         self.running -= 1
         if self.busy < 1e-9:
             self.busy = 0.0
@@ -75,11 +80,12 @@ class ToolPool:
         q = self.queue
         while q:
             job = q[0]
-            if self.busy + job.cores > self.workers + 1e-9 and self.running:
+            share = worker_share(job.cores)
+            if self.busy + share > self.workers + 1e-9:
                 break
             q.popleft()
             job.started_s = max(now, job.submitted_s)   # a job handed over from a replica ahead
-            self.busy += job.cores
+            self.busy += share
             self.running += 1
             started.append(job)
         return started

@@ -28,6 +28,12 @@ class ToolCall:
     command: str | None = None
 
 
+def worker_share(cpu_cores: float) -> float:
+    """The part of one tool worker a call holds while it runs: its cores, at most one (cores
+    beyond one load the host's CPUs but hold no more workers; see docs/workload.md)."""
+    return cpu_cores if cpu_cores < 1.0 else 1.0
+
+
 @dataclass(frozen=True, slots=True)
 class Turn:
     input_tokens: int

@@ -84,7 +84,7 @@ def test_calls_queue_fifo_when_all_workers_are_busy():
         order: list[str] = []
 
         async def call(name, d):
-            r = await pool.run(d, 0.1)
+            r = await pool.run(d, 1.0)
             order.append(name)
             return r
         tasks = [asyncio.create_task(call("a", 0.3))]
@@ -105,6 +105,30 @@ def test_calls_queue_fifo_when_all_workers_are_busy():
     assert a.run_s - 0.05 <= b.queue_wait_s < a.run_s + 0.5
     assert a.run_s + b.run_s - 0.05 <= c.queue_wait_s < a.run_s + b.run_s + 1.0
     assert 0.1 <= b.run_s < b.queue_wait_s            # run time excludes the wait
+
+
+def test_a_call_holds_one_worker_or_the_fraction_its_cores_name():
+    """As in the simulator's pool: two half-core calls share one worker, a 2-core build holds one
+    worker of two (a file edit behind it does not wait), and a third 1-core call waits for it."""
+    async def main():
+        halves = ToolPool(workers=1)
+        a, b = await asyncio.gather(halves.run(0.2, 0.5), halves.run(0.2, 0.5))
+        await halves.close()
+        pool = ToolPool(workers=2)
+        build = asyncio.create_task(pool.run(0.6, 2.0))
+        await asyncio.sleep(0)
+        edit = asyncio.create_task(pool.run(0.3, 1.0))
+        await asyncio.sleep(0)
+        late = asyncio.create_task(pool.run(0.05, 1.0))
+        await asyncio.sleep(0)
+        counts = (pool.running, pool.queued)
+        runs = await asyncio.gather(build, edit, late)
+        await pool.close()
+        return (a, b), counts, runs
+    (a, b), counts, (build, edit, late) = asyncio.run(main())
+    assert a.queue_wait_s < 0.05 and b.queue_wait_s < 0.05
+    assert counts == (2, 1)
+    assert edit.queue_wait_s < 0.05 and late.queue_wait_s >= edit.run_s - 0.02
 
 
 def test_joined_sees_the_call_counted_before_it_waits():
