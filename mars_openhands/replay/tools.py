@@ -136,7 +136,8 @@ class ToolPool:
 
     async def _start_ready(self) -> None:
         p = await self._spawn()
-        if self._closed:
+        # (a slow start may end after a many-core call gave its spinners back: the cap holds then too)
+        if self._closed or len(self._ready) >= MAX_READY_PER_WORKER * self.workers:
             await self._kill([p])
         else:
             self._ready.append(p)
