@@ -91,7 +91,7 @@ class ToolPool:
         self.workers = workers
         self._python = python
         self._cores = () if cores is None else (",".join(map(str, sorted(cores))),)
-        self._free = float(workers)       # workers not held, in shares of one (`sim.tools.worker_share`)
+        self._free = float(workers)       # workers not held, in shares of one (`worker_share`)
         self._waiters: deque[tuple[asyncio.Future[None], float]] = deque()
         self._procs: set[asyncio.subprocess.Process] = set()
         #: Started spinners waiting for a call (at least `workers` kept ready, at most
