@@ -225,7 +225,7 @@ class ToolPool:
         if self._closed:
             raise RuntimeError("tool pool is closed")
         submitted = time.monotonic()
-        share = worker_share(cpu_cores if cpu_cores > 0 else 1.0)
+        share = worker_share(cpu_cores)
         await self._acquire(share, joined)
         started = time.monotonic()
         procs: list[asyncio.subprocess.Process] = []

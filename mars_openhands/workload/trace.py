@@ -30,8 +30,9 @@ class ToolCall:
 
 def worker_share(cpu_cores: float) -> float:
     """The part of one tool worker a call holds while it runs: its cores, at most one (cores
-    beyond one load the host's CPUs but hold no more workers; see docs/workload.md)."""
-    return cpu_cores if cpu_cores < 1.0 else 1.0
+    beyond one load the host's CPUs but hold no more workers; see docs/workload.md). 0 cores is
+    read as 1.0, as the trace format reads it."""
+    return cpu_cores if 0.0 < cpu_cores < 1.0 else 1.0
 
 
 @dataclass(frozen=True, slots=True)
