@@ -44,6 +44,8 @@
   model time) and the recomputed tokens of preempted calls (`recomputed_prefill_tokens`).
 - cost (`_cost`, `mars_openhands.vllm.cost`): host time per model step and seconds held with the
   engine idle, every policy, in `mars_stats()` (`/mars/v1/stats`, the `mars_*` metrics).
+- event lag (`_event_lag`, `mars_openhands.vllm.event_lag`): how late events are applied after
+  their own timestamps, in `mars_stats()` under `event_lag`.
 
 Under vLLM 0.32's default `scheduler_reserve_full_isl` a waiting prompt is admitted only if it
 fits whole, so chunk shrinking acts on running prefills (and on admission with
@@ -70,6 +72,7 @@ from mars_openhands.core import Request as CoreRequest
 from mars_openhands.events import TurnFinished, TurnSubmitted, parse_event
 from mars_openhands.vllm.allocation import ChunkAllocation
 from mars_openhands.vllm.cost import SchedulerCost
+from mars_openhands.vllm.event_lag import EventLag
 from mars_openhands.vllm.history import SessionHistory
 from mars_openhands.vllm.parking import ParkedSessions
 from mars_openhands.vllm.pins import PinKeeper
@@ -134,6 +137,7 @@ class MarsSchedulerMixin(_SchedulerBase):
         self._alloc = ChunkAllocation(self.kv_cache_manager, lambda: self.mars, self._pins, self._table,
                                       self.mars_counters, self.scheduler_config, self.cache_config)
         self._cost = SchedulerCost()
+        self._event_lag = EventLag()
         self.running = VictimList(self.running)
 
     # ---- arrivals, admission, aborts ----------------------------------------------------------
@@ -466,6 +470,7 @@ class MarsSchedulerMixin(_SchedulerBase):
         parsed = [parse_event(e) for e in events]
         now = self.clock()
         for ev in parsed:
+            self._event_lag.observe(now, getattr(ev, "t", now))     # every wire event has its t
             if self.mars.ignores(ev):       # an inferred tool start of a session with its own events
                 continue
             self.history.add_event(ev, now)
@@ -493,5 +498,6 @@ class MarsSchedulerMixin(_SchedulerBase):
                        "total_blocks": pool.num_gpu_blocks - 1,
                        "kv_usage": pool.get_usage()},
             "scheduler": self._cost.stats(),
+            "event_lag": self._event_lag.stats(),
             "counters": {**self.mars_counters, **self._cost.counters()},
         }

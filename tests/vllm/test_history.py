@@ -148,3 +148,18 @@ def test_stats_route_serves_one_session_history(model_dir):
     assert client.get("/mars/v1/stats?session=").status_code == 400
     stats = client.get("/mars/v1/stats").json()
     assert stats["pinned_sessions"] == 1 and "history" not in stats
+
+
+def test_event_lag_is_the_apply_time_minus_the_event_time(model_dir):
+    s, _, now = pinning_scheduler(model_dir)
+    assert s.mars_stats()["event_lag"]["events"] == 0
+    now[0] = 2.0
+    s.apply_events([ToolStarted("a", 1.9, "terminal").to_dict()])
+    now[0] = 3.0
+    s.apply_events([ToolFinished("a", 2.5, "terminal", 0.6).to_dict(),
+                    SessionEnded("a", 3.2).to_dict()])     # sender's clock ahead: counts as 0
+    lag = s.mars_stats()["event_lag"]
+    assert lag["events"] == 3
+    assert lag["max_s"] == pytest.approx(0.5)
+    assert lag["mean_s"] == pytest.approx(0.2)
+    assert lag["p50_s"] == pytest.approx(0.1)
