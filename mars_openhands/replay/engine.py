@@ -189,8 +189,8 @@ class EngineClient:
 
 
 class EventSink:
-    """Posts boundary events in batches: whatever queued while the previous post was in flight, one
-    POST per session (`events.by_session`; telemetry in a POST of its own, without a session).
+    """Posts boundary events in batches: whatever queued while the previous batch was in flight, one
+    POST per session (`events.by_session`), all at once, then telemetry in a POST of its own.
 
     Delivery never stalls the replay; a failed post is logged and its events counted as dropped.
     """
@@ -232,8 +232,15 @@ class EventSink:
             self._wake.clear()
             if self._pending:
                 batch, self._pending = self._pending, []
-                for session_id, events in by_session(batch):
-                    await self._post(events, session_id)
+                groups = by_session(batch)
+                # Sessions' POSTs at once: the engine applies events only between two steps, so
+                # posting them one after another made the last session's events a step late per
+                # session before it (up to 2 s at point B). Telemetry goes last: it is absolute,
+                # and a count sent before a session's tool events would count them twice.
+                await asyncio.gather(*(self._post(evs, sid) for sid, evs in groups if sid is not None))
+                for sid, evs in groups:
+                    if sid is None:
+                        await self._post(evs, sid)
             if self._closing and not self._pending:
                 return
 

@@ -2,12 +2,13 @@
 
 import asyncio
 import logging
+import time
 
 import httpx
 import pytest
 
 from mars_openhands.core.boundaries import INFERRED_TOOL
-from mars_openhands.events import SessionEnded, parse_event
+from mars_openhands.events import CpuTelemetry, SessionEnded, parse_event
 from mars_openhands.replay.client import ReplayConfig, timeline_point
 from mars_openhands.replay.engine import CacheConfig, EventSink, parse_prometheus, prometheus_labels
 from mars_openhands.workload.trace import SessionTrace, ToolCall, Turn
@@ -158,3 +159,30 @@ def test_cache_config_counts_kv_blocks_only_when_published_as_a_number():
 def test_timeline_point_tolerates_a_stock_server_without_stats():
     assert timeline_point(1.0, None, {"vllm:kv_cache_usage_perc": 0.5, "vllm:num_requests_running": 2}) == \
         (1.0, None, 0.5, 0, 2, 0)
+
+
+def test_event_sink_posts_sessions_at_once_and_telemetry_after_them():
+    """Sequential POSTs made the last session's events wait a step per session before it."""
+    class Slow:
+        def __init__(self):
+            self.spans: list[tuple[str | None, float, float]] = []
+
+        async def post_events(self, events, session_id):
+            t0 = time.monotonic()
+            await asyncio.sleep(0.05)
+            self.spans.append((session_id, t0, time.monotonic()))
+
+    async def main():
+        engine = Slow()
+        sink = EventSink(engine)
+        sink.start()
+        sink.emit(CpuTelemetry(t=0.0, tools_in_flight=1, tool_workers=2, ema_queue_wait_s=0.0, tools_queued=0),
+                  *(SessionEnded(session_id=s, t=0.0, reason="finished") for s in "abcd"))
+        await sink.close()
+        return engine, sink
+    engine, sink = asyncio.run(main())
+    sessions = [sp for sp in engine.spans if sp[0] is not None]
+    (telemetry,) = [sp for sp in engine.spans if sp[0] is None]
+    assert sorted(sp[0] for sp in sessions) == list("abcd") and sink.sent == 5
+    assert max(sp[1] for sp in sessions) < min(sp[2] for sp in sessions)      # they overlap
+    assert telemetry[1] >= max(sp[2] for sp in sessions)
