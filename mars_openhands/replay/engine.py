@@ -235,8 +235,8 @@ class EventSink:
                 groups = by_session(batch)
                 # Sessions' POSTs at once: one after another, each session's events waited for
                 # every POST before theirs (a round trip to the engine, applied between two
-                # steps; MARS' lag at point B p90 0.71 -> 0.24 s). Telemetry goes last: it is
-                # absolute, and a count sent before a session's tool events would count them twice.
+                # steps). Telemetry goes last: it is absolute, and a count sent before a
+                # session's tool events would count them twice.
                 await asyncio.gather(*(self._post(evs, sid) for sid, evs in groups if sid is not None))
                 for sid, evs in groups:
                     if sid is None:

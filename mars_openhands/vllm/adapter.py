@@ -42,10 +42,8 @@
   prices with (free/pinned blocks every step, the waiting work's KV demand at the control-loop
   period, an EMA of the prefill-start latency, the prefill rate from each prefill-heavy step's
   model time) and the recomputed tokens of preempted calls (`recomputed_prefill_tokens`).
-- cost (`_cost`, `mars_openhands.vllm.cost`): host time per model step and seconds held with the
-  engine idle, every policy, in `mars_stats()` (`/mars/v1/stats`, the `mars_*` metrics).
-- event lag (`_event_lag`, `mars_openhands.vllm.event_lag`): how late events are applied after
-  their own timestamps, in `mars_stats()` under `event_lag`.
+- cost and event lag (`_cost`, `_event_lag`: `vllm.cost`, `vllm.event_lag`): host time per step, seconds
+  held with the engine idle, how late events arrive; in `mars_stats()` (`/mars/v1/stats`, `mars_*`).
 
 Under vLLM 0.32's default `scheduler_reserve_full_isl` a waiting prompt is admitted only if it
 fits whole, so chunk shrinking acts on running prefills (and on admission with
@@ -136,8 +134,7 @@ class MarsSchedulerMixin(_SchedulerBase):
         self._steps = StepAccounting(self._table, self._pins, self.mars_counters, lambda: self.exec_clock())
         self._alloc = ChunkAllocation(self.kv_cache_manager, lambda: self.mars, self._pins, self._table,
                                       self.mars_counters, self.scheduler_config, self.cache_config)
-        self._cost = SchedulerCost()
-        self._event_lag = EventLag()
+        self._cost, self._event_lag = SchedulerCost(), EventLag()
         self.running = VictimList(self.running)
 
     # ---- arrivals, admission, aborts ----------------------------------------------------------
