@@ -188,12 +188,12 @@ class ToolPool:
             await fut
         except asyncio.CancelledError:
             if fut.done() and not fut.cancelled():
-                self._release(share)     # the share was handed to us as we were cancelled
+                self._running -= 1       # the share was handed to us as we were cancelled
+                self._release(share)
             else:
                 self._waiters.remove(entry)
                 self._hand_over()        # the next in line may fit now
             raise
-        self._running += 1
 
     def _release(self, share: float) -> None:
         self._free += share
@@ -210,6 +210,9 @@ class ToolPool:
                 return
             self._waiters.popleft()
             self._free -= share
+            # Running from here, not once its task resumes: telemetry taken in between (the
+            # replay reports the host right after a call ends) would count it nowhere.
+            self._running += 1
             fut.set_result(None)
 
     async def run(self, duration_s: float, cpu_cores: float = 1.0,

@@ -153,6 +153,51 @@ def test_joined_sees_the_call_counted_before_it_waits():
     assert after == (0, 0, 0)
 
 
+def test_a_call_handed_a_worker_counts_as_running_before_its_task_resumes():
+    """The replay reports the host right after a call ends, before the call it handed its worker
+    to has run again: that call must count as running there, or the engine reads one call fewer
+    in flight and a backlog of calls per running call twice too high (queued 1, running 1 read
+    as in flight 1 over 0 running)."""
+    async def main():
+        pool = ToolPool(workers=1)
+        seen: list[tuple[int, int, int]] = []
+
+        async def first():
+            await pool.run(0.1, 0.0)
+            seen.append((pool.running, pool.queued, pool.in_flight))
+        a = asyncio.create_task(first())
+        await asyncio.sleep(0.02)
+        b = asyncio.create_task(pool.run(0.05, 0.0))
+        c = asyncio.create_task(pool.run(0.05, 0.0))
+        await asyncio.gather(a, b, c)
+        after = (pool.running, pool.queued, pool.in_flight)
+        await pool.close()
+        return seen, after
+    seen, after = asyncio.run(main())
+    assert seen == [(1, 1, 2)]
+    assert after == (0, 0, 0)
+
+
+def test_a_call_cancelled_as_it_is_handed_a_worker_gives_it_back():
+    async def main():
+        pool = ToolPool(workers=1)
+        first = asyncio.create_task(pool.run(0.05, 0.0))
+        await asyncio.sleep(0.01)
+        second = asyncio.create_task(pool.run(0.05, 0.0))
+        await asyncio.sleep(0)
+        await first                    # hands its worker to `second`, whose task has not resumed
+        second.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await second
+        counts = (pool.running, pool.queued, pool.in_flight)
+        third = await pool.run(0.01, 0.0)
+        await pool.close()
+        return counts, third
+    counts, third = asyncio.run(main())
+    assert counts == (0, 0, 0)
+    assert third.queue_wait_s < 0.05
+
+
 def test_a_busy_tool_really_burns_cpu_and_an_idle_one_does_not():
     async def burn(cores):
         pool = ToolPool(workers=1)
