@@ -166,8 +166,8 @@ def _out_dir(path: Path) -> Path:
 
 
 #: what `simulate` writes at the top of its folder (a sweep: one rate-R folder per rate)
-SIMULATE_WRITES = ("summary.json", "trace.jsonl", "table.md", "e2e_cdf.png", "timeline-*.png", "routing.json",
-                   "sweep.json", "sweep.md", "latency_vs_load.png", "rate-*")
+SIMULATE_WRITES = ("summary.json", "trace.jsonl", "table.md", "e2e_cdf.png", "timeline-*.png", "admission-*.jsonl",
+                   "routing.json", "sweep.json", "sweep.md", "latency_vs_load.png", "rate-*")
 
 
 def _claim(args: argparse.Namespace) -> Path:
@@ -222,6 +222,8 @@ def _run_point(sessions: list[SessionTrace], trace_label: str, profile_name: str
     plots.e2e_cdf(runs, out / "e2e_cdf.png", title=f"E2E latency CDF{label} ({profile_name})")
     for name, run in runs.items():
         plots.timeline(run, out / f"timeline-{name}.png")
+        if run.admission:
+            (out / f"admission-{name}.jsonl").write_text("".join(json.dumps(x) + "\n" for x in run.admission))
     print(f"\n{trace_label}{label}  profile={profile_name}  ideal mean E2E {summary['ideal_mean_e2e_s']:.1f} s")
     print(format_table(summaries))
     for note in stall_notes(runs):

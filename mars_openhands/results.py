@@ -6,6 +6,7 @@ and a measured run of the same trace compare field by field.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(slots=True)
@@ -33,3 +34,19 @@ class RunResult:
     held_idle_s: float = 0.0
     #: Time series for plots: (t, admission window or None, kv usage, pinned blocks, running, waiting).
     timeline: list[tuple[float, float | None, float, int, int, int]] = field(default_factory=list)
+    #: The policy's admission block once a second (`admission_sample`), where the run has one:
+    #: vLLM's scheduler on a virtual clock (and the real engine's replay) record it for a gate.
+    admission: list[dict[str, Any]] = field(default_factory=list)
+
+
+def admission_sample(t: float, stats: dict[str, Any] | None) -> dict[str, Any] | None:
+    """What the policy's admission saw and decided at `t`, from a MARS stats document
+    (`/mars/v1/stats`, the adapter's `mars_stats()`): its `admission` block, with the tool calls in
+    flight and the admitted sessions beside it, so that the gate can be compared tick by tick on
+    the engine and in vLLM's scheduler on a virtual clock. None without a gate (FCFS publishes a
+    window of None)."""
+    block = stats.get("admission") if stats else None
+    if stats is None or not isinstance(block, dict) or all(v is None for v in block.values()):
+        return None
+    return {"t": round(t, 3), **block, "tools_in_flight": stats.get("tools_in_flight"),
+            "admitted_sessions": stats.get("admitted_sessions")}

@@ -440,9 +440,9 @@ def _extra_profile(text: str | None) -> tuple[str, Profile] | None:
 # ---- main ----------------------------------------------------------------------------------------
 
 #: what bench-engine writes at the top of its folder
-BENCH_WRITES = ("trace.jsonl", "server-*.log", "stats-*.json", "turns.jsonl", "summary.json", "table.md",
-                "cpu-small-profile.json", "e2e_cdf.png", "timeline-*.png", "replayed-trace.jsonl", "replicas.json",
-                "simulated.json", "cluster-*")
+BENCH_WRITES = ("trace.jsonl", "server-*.log", "stats-*.json", "admission-*.jsonl", "turns.jsonl", "summary.json",
+                "table.md", "cpu-small-profile.json", "e2e_cdf.png", "timeline-*.png", "replayed-trace.jsonl",
+                "replicas.json", "simulated.json", "cluster-*")
 
 
 def _run_all(names: list[str], configs: dict[str, Configuration], plan: BenchPlan, args: argparse.Namespace,
@@ -476,6 +476,9 @@ def _run_all(names: list[str], configs: dict[str, Configuration], plan: BenchPla
                                               lambda srv: _replay(srv, plan, args, bar))
                     stats = runs[name].stats
                 (out / f"stats-{tag}.json").write_text(json.dumps(stats, indent=2, default=str) + "\n")
+                if samples := runs[name].outcome.admission:
+                    (out / f"admission-{tag}.jsonl").write_text(
+                        "".join(json.dumps(x, default=str) + "\n" for x in samples))
                 stall = runs[name].outcome.stall
                 failed = [r for r in runs[name].outcome.sessions if r.error]
                 if stall is not None:

@@ -28,6 +28,7 @@ from mars_openhands.events import CpuTelemetry, Event, SessionEnded, ToolCancell
 from mars_openhands.replay.engine import Completion, EngineClient, EngineError, EventSink
 from mars_openhands.replay.tools import ToolPool
 from mars_openhands.replay.watchdog import CallKey, EngineActivity, Stall, StallWatchdog
+from mars_openhands.results import admission_sample
 from mars_openhands.sim.routing import EVENT_MODES
 from mars_openhands.workload.prompts import SessionPrompts, TokenSpace, TurnShape
 from mars_openhands.workload.trace import SessionTrace
@@ -75,6 +76,8 @@ class ReplayOutcome:
     stall: Stall | None = None
     #: Seconds the engine sat idle while the policy held calls outside it (sampled; see watchdog).
     held_idle_s: float = 0.0
+    #: The policy's admission block of each sample (`admission_sample`), where the engine has one.
+    admission: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -243,14 +246,17 @@ class Replayer:
         finally:
             self._emit(SessionEnded(session_id=s.session_id, t=time.time(), reason=reason))
 
-    async def _sample(self, timeline: list[TimelinePoint]) -> None:
+    async def _sample(self, timeline: list[TimelinePoint], admission: list[dict[str, Any]]) -> None:
         while True:
             try:
                 stats, metrics = await asyncio.gather(self.engine.stats(), self.engine.metrics())
             except (httpx.HTTPError, ValueError):
                 stats, metrics = None, {}
             else:
-                timeline.append(timeline_point(self._now(), stats, metrics))
+                now = self._now()
+                timeline.append(timeline_point(now, stats, metrics))
+                if (sample := admission_sample(now, stats)) is not None:
+                    admission.append(sample)
             if self._watchdog is not None:
                 self._watch(engine_activity(stats, metrics))
             await asyncio.sleep(self.config.sample_interval_s)
@@ -266,9 +272,10 @@ class Replayer:
         """Replay every session; a failed session is recorded (finish_s None) and does not stop others."""
         records = [SessionRecord(s.session_id, s.arrival_s) for s in sessions]
         timeline: list[TimelinePoint] = []
+        admission: list[dict[str, Any]] = []
         self._t0 = time.monotonic()
         self.sink.start()
-        sampler = asyncio.create_task(self._sample(timeline))
+        sampler = asyncio.create_task(self._sample(timeline, admission))
         tasks = [asyncio.create_task(self._session(s, r)) for s, r in zip(sessions, records)]
         everyone = asyncio.gather(*tasks)
         stalled = asyncio.create_task(self._stalled.wait())
@@ -288,4 +295,4 @@ class Replayer:
                     rec.error = f"the replay stalled ({self._stall.describe()})"
         held_idle = self._watchdog.held_idle_s if self._watchdog is not None else 0.0
         return ReplayOutcome(records, self._now(), self.sink.sent, self.sink.dropped, timeline,
-                             stall=self._stall, held_idle_s=held_idle)
+                             stall=self._stall, held_idle_s=held_idle, admission=admission)

@@ -27,6 +27,7 @@ from vllm.v1.request import Request
 
 from mars_openhands.core.model import TOOL_WAIT_EMA
 from mars_openhands.events import CpuTelemetry, Event, SessionEnded, ToolFinished, ToolStarted
+from mars_openhands.results import admission_sample
 from mars_openhands.sim.clock import ARRIVE, TOOL_DONE, EventQueue
 from mars_openhands.sim.engine import STALL_S, SimulationError
 from mars_openhands.sim.kv import INF
@@ -91,6 +92,8 @@ class VllmEngine:
         self.warm: dict[str, int] = {}
         self.counters = Counters()
         self.timeline = Timeline()
+        #: The policy's admission block at every whole second (`results.admission_sample`).
+        self.admission: list[dict[str, Any]] = []
 
     # ---- the engine core's loop -----------------------------------------------------------------
 
@@ -202,8 +205,12 @@ class VllmEngine:
         if tl.next_s <= t:
             pool = sched.kv_cache_manager.block_pool
             total = pool.num_gpu_blocks - 1
+            first = tl.next_s
             tl.fill_until(t, sched.mars.admission_window, 1.0 - pool.get_num_free_blocks() / total, pinned,
                           len(sched.running), len(sched.waiting) + len(sched.kv_holding_waiting) + held)
+            sample = admission_sample(first, sched.mars.stats())
+            if sample is not None:       # (the state held over every second up to t)
+                self.admission.extend({**sample, "t": row[0]} for row in tl.samples[-round(tl.next_s - first):])
         self.now = t
 
     def _host_until(self, t: float, idle: bool) -> None:

@@ -302,6 +302,9 @@ def test_repeat_rotates_the_order_and_gives_ratios_intervals_and_verdicts(fake_s
     for r in summary["rounds"]:
         assert r["policies"]["mars"]["scheduler_us_per_step"] is None     # the fake is no vLLM adapter
     assert (out / "server-mars-round2.log").exists() and (out / "stats-fcfs-round1.json").exists()
+    samples = [json.loads(line) for line in (out / "admission-mars-round2.jsonl").read_text().splitlines()]
+    assert samples and all(x["window"] == 4.0 for x in samples)
+    assert [x["t"] for x in samples] == sorted(x["t"] for x in samples)
     rows = [json.loads(line) for line in (out / "turns.jsonl").read_text().splitlines()]
     assert {r["round"] for r in rows} == {1, 2}
     sim = json.loads((out / "simulated.json").read_text())

@@ -11,6 +11,7 @@ from mars_openhands.core.boundaries import INFERRED_TOOL
 from mars_openhands.events import CpuTelemetry, SessionEnded, parse_event
 from mars_openhands.replay.client import ReplayConfig, timeline_point
 from mars_openhands.replay.engine import CacheConfig, EventSink, parse_prometheus, prometheus_labels
+from mars_openhands.results import admission_sample
 from mars_openhands.workload.trace import SessionTrace, ToolCall, Turn
 from tests.replay.replay_fake_engine import replay as _replay
 
@@ -66,6 +67,20 @@ def test_replay_posts_tool_and_session_events_with_measured_times(fake_engine):
     assert a_events[-1] == "SessionEnded" and a_events.count("SessionEnded") == 1
     assert any(type(e).__name__ == "CpuTelemetry" for e in events)
     assert out.timeline and out.timeline[0][1] == 4.0 and out.timeline[0][3] == 3
+    # the admission block of each sample is kept, with the replay's time
+    assert len(out.admission) == len(out.timeline)
+    assert out.admission[0]["window"] == 4.0 and out.admission[0]["t"] == pytest.approx(out.timeline[0][0], abs=1e-3)
+
+
+def test_admission_samples_only_where_the_engine_has_an_admission_block():
+    assert admission_sample(1.23456, None) is None
+    assert admission_sample(1.0, {"pinned_blocks": 3}) is None
+    assert admission_sample(1.0, {"admission": {"window": None}}) is None          # FCFS
+    assert admission_sample(1.0, {"admission": {"window": None, "registered": 2}, "tools_in_flight": 5}) == {
+        "t": 1.0, "window": None, "registered": 2, "tools_in_flight": 5, "admitted_sessions": None}
+    got = admission_sample(2.34567, {"admission": {"window": 5, "cpu_cap": 7}, "tools_in_flight": 3,
+                                     "admitted_sessions": 4})
+    assert got == {"t": 2.346, "window": 5, "cpu_cap": 7, "tools_in_flight": 3, "admitted_sessions": 4}
 
 
 def test_an_agent_without_events_posts_none_and_its_calls_keep_their_tags(fake_engine):

@@ -75,6 +75,21 @@ def test_simulate_engine_both_prints_and_writes_the_engines_side_by_side(tmp_pat
     assert (tmp_path / "o" / "sim" / "summary.json").exists() and (tmp_path / "o" / "vllm" / "summary.json").exists()
     for d in diff["policies"].values():
         assert d["mean_e2e_s"]["vllm"] == pytest.approx(d["mean_e2e_s"]["sim"], rel=0.05)
+    # vLLM's scheduler records MARS' gate once a second (FCFS has none), as bench-engine does
+    rows = [json.loads(x) for x in (tmp_path / "o" / "vllm" / "admission-mars.jsonl").read_text().splitlines()]
+    assert not (tmp_path / "o" / "vllm" / "admission-fcfs.jsonl").exists()
+    assert [r["t"] for r in rows] == [float(k) for k in range(len(rows))]
+    assert all(r["window"] >= 1 and r["cpu_cap"] >= 1 and r["tools_in_flight"] >= 0 for r in rows)
+
+
+def test_the_gate_is_sampled_every_second_with_the_state_it_held_then():
+    run = run_vllm_simulation(small_trace(1, n=6, rate=2.0), TINY, "mars")
+    makespan = max(s.finish_s for s in run.sessions)
+    assert len(run.admission) == len(run.timeline) and len(run.admission) >= int(makespan)
+    assert [r["t"] for r in run.admission] == [row[0] for row in run.timeline]
+    assert [r["window"] for r in run.admission] == [row[1] for row in run.timeline]
+    assert max(r["admitted_sessions"] for r in run.admission) >= 1
+    assert run_vllm_simulation(small_trace(1, n=2), TINY, "fcfs").admission == []
 
 
 def test_simulate_engine_vllm_refuses_replicas(tmp_path, capsys):
