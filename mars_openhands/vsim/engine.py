@@ -205,12 +205,12 @@ class VllmEngine:
         if tl.next_s <= t:
             pool = sched.kv_cache_manager.block_pool
             total = pool.num_gpu_blocks - 1
-            first = tl.next_s
+            filled = len(tl.samples)
             tl.fill_until(t, sched.mars.admission_window, 1.0 - pool.get_num_free_blocks() / total, pinned,
                           len(sched.running), len(sched.waiting) + len(sched.kv_holding_waiting) + held)
-            sample = admission_sample(first, sched.mars.stats())
-            if sample is not None:       # (the state held over every second up to t)
-                self.admission.extend({**sample, "t": row[0]} for row in tl.samples[-round(tl.next_s - first):])
+            sample = admission_sample(0.0, sched.mars.stats())
+            if sample is not None:       # (the state held over every second just filled)
+                self.admission.extend({**sample, "t": row[0]} for row in tl.samples[filled:])
         self.now = t
 
     def _host_until(self, t: float, idle: bool) -> None:
