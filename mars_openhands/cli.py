@@ -190,6 +190,7 @@ def _run_point(sessions: list[SessionTrace], trace_label: str, profile_name: str
 
     from mars_openhands import plots
     from mars_openhands.metrics import format_table, ideal_mean_e2e, stall_notes, summarize
+    from mars_openhands.results import write_admission
     from mars_openhands.sim.engine import SimulationError
     from mars_openhands.workload.trace import write_trace
 
@@ -223,7 +224,7 @@ def _run_point(sessions: list[SessionTrace], trace_label: str, profile_name: str
     for name, run in runs.items():
         plots.timeline(run, out / f"timeline-{name}.png")
         if run.admission:
-            (out / f"admission-{name}.jsonl").write_text("".join(json.dumps(x) + "\n" for x in run.admission))
+            write_admission(out / f"admission-{name}.jsonl", run.admission)
     print(f"\n{trace_label}{label}  profile={profile_name}  ideal mean E2E {summary['ideal_mean_e2e_s']:.1f} s")
     print(format_table(summaries))
     for note in stall_notes(runs):

@@ -5,7 +5,9 @@ and a measured run of the same trace compare field by field.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 
@@ -50,3 +52,8 @@ def admission_sample(t: float, stats: dict[str, Any] | None) -> dict[str, Any] |
         return None
     return {"t": round(t, 3), **block, "tools_in_flight": stats.get("tools_in_flight"),
             "admitted_sessions": stats.get("admitted_sessions")}
+
+
+def write_admission(path: Path, samples: list[dict[str, Any]]) -> None:
+    """`admission-*.jsonl`: one sample a line, as `bench-engine` and `simulate --engine vllm` write it."""
+    path.write_text("".join(json.dumps(x, default=str) + "\n" for x in samples))

@@ -73,6 +73,7 @@ from mars_openhands.replay.replicas import (
 )
 from mars_openhands.replay.server import EngineServer
 from mars_openhands.replay.tools import ToolPool
+from mars_openhands.results import write_admission
 from mars_openhands.run_folder import RunFolderError, RunSpec, args_identity, claim
 from mars_openhands.sim.profile_file import resolve_profile
 from mars_openhands.sim.profiles import Profile
@@ -477,8 +478,7 @@ def _run_all(names: list[str], configs: dict[str, Configuration], plan: BenchPla
                     stats = runs[name].stats
                 (out / f"stats-{tag}.json").write_text(json.dumps(stats, indent=2, default=str) + "\n")
                 if samples := runs[name].outcome.admission:
-                    (out / f"admission-{tag}.jsonl").write_text(
-                        "".join(json.dumps(x, default=str) + "\n" for x in samples))
+                    write_admission(out / f"admission-{tag}.jsonl", samples)
                 stall = runs[name].outcome.stall
                 failed = [r for r in runs[name].outcome.sessions if r.error]
                 if stall is not None:

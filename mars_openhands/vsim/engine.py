@@ -208,9 +208,9 @@ class VllmEngine:
             filled = len(tl.samples)
             tl.fill_until(t, sched.mars.admission_window, 1.0 - pool.get_num_free_blocks() / total, pinned,
                           len(sched.running), len(sched.waiting) + len(sched.kv_holding_waiting) + held)
-            sample = admission_sample(0.0, sched.mars.stats())
-            if sample is not None:       # (the state held over every second just filled)
-                self.admission.extend({**sample, "t": row[0]} for row in tl.samples[filled:])
+            stats = sched.mars.stats()      # (the state held over every second just filled)
+            self.admission.extend(x for row in tl.samples[filled:]
+                                  if (x := admission_sample(row[0], stats)) is not None)
         self.now = t
 
     def _host_until(self, t: float, idle: bool) -> None:
