@@ -128,20 +128,23 @@ class KVState:
 @dataclass(slots=True)
 class CpuState:
     """CPU plane: tool calls in flight (running or queued), host tool workers, EMA of queue wait,
-    calls queued now (None: not reported)."""
+    calls queued and running at the last telemetry (None: not reported)."""
 
     tool_workers: int
     tools_in_flight: int = 0
     ema_queue_wait_s: float = 0.0
     ema_alpha: float = TOOL_WAIT_EMA
     tools_queued: int | None = None
+    tools_running: int | None = None
 
     @property
     def full_runs(self) -> int | None:
-        """Calls the host runs now while calls queue for it (what a full host can run; at least 1),
-        None while nothing queues (or the host does not report its queue)."""
-        queued = self.tools_queued
-        return max(1, self.tools_in_flight - queued) if queued else None
+        """Calls the host runs while calls queue for it (what a full host can run; at least 1), None
+        while nothing queues (or the host does not report its queue). Both counts come from one
+        telemetry: tool events move `tools_in_flight` between two, and events in flight less the
+        last telemetry's queue miscount by one each call started or ended in between (the engine
+        read 2 calls running as 1 and the host as overloaded at point B)."""
+        return max(1, self.tools_running or 0) if self.tools_queued else None
 
     @property
     def backlog(self) -> float:
@@ -156,6 +159,7 @@ class CpuState:
         self.tools_in_flight, self.tool_workers = ev.tools_in_flight, ev.tool_workers
         self.ema_queue_wait_s = ev.ema_queue_wait_s
         self.tools_queued = ev.tools_queued
+        self.tools_running = None if ev.tools_queued is None else ev.tools_in_flight - ev.tools_queued
 
     @property
     def full(self) -> bool:

@@ -9,7 +9,7 @@ from mars_openhands.core.aimd_config import AimdConfig
 from mars_openhands.core.balancer import LoadBalancer, Pressure
 from mars_openhands.core.context import PolicyContext
 from mars_openhands.core.model import CpuState, KVState
-from mars_openhands.events import CpuTelemetry, EngineTelemetry, ToolStarted
+from mars_openhands.events import CpuTelemetry, EngineTelemetry, ToolFinished, ToolStarted
 
 PREVIEW = AimdConfig(w_init=30, w_max=30)     # the MARS preview's window
 
@@ -571,21 +571,37 @@ def test_a_full_host_of_multi_core_calls_is_measured_in_the_calls_it_runs():
     """64 workers running 16 four-core builds with 16 more queued: backlog is 2 (overloaded), not
     0.5, and cpu_cap follows the 16 calls the host runs, not its 64 workers."""
     a, ctx = AimdAdmission(AimdConfig()), ctx_with(workers=64)
-    ctx.cpu.tools_in_flight, ctx.cpu.tools_queued = 32, 16
+    ctx.cpu.update(CpuTelemetry(0.0, tools_in_flight=32, tool_workers=64, ema_queue_wait_s=0.0, tools_queued=16))
     assert ctx.cpu.backlog == pytest.approx(2.0)
     for _ in range(400):
         a.tick(ctx)
     assert a.pressure.cpu_overloaded
     assert a.host_runs == pytest.approx(16.0) and a.cpu_cap == 24          # ceil(16 x 1.5 / 1.0)
-    ctx.cpu.tools_in_flight, ctx.cpu.tools_queued = 10, 0                  # the queue drained:
+    ctx.cpu.update(CpuTelemetry(1.0, tools_in_flight=10, tool_workers=64, ema_queue_wait_s=0.0,
+                                tools_queued=0))                           # the queue drained:
     assert ctx.cpu.backlog == pytest.approx(10 / 64)                       # per worker again
     a.tick(ctx)
     assert a.host_runs == pytest.approx(16.0)                              # what it ran when full
 
 
+def test_a_tool_event_between_two_telemetries_does_not_move_the_calls_the_host_runs():
+    """2 workers run 2 calls, 1 queues. One ends and its finish reaches the engine before the next
+    telemetry: events count 2 in flight, the last telemetry 1 queued. The host still runs 2 (the
+    queued call took the freed worker): read as 1, the backlog was 2.0 and the host overloaded."""
+    p = mars(total=10_000, workers=2)
+    p.on_event(CpuTelemetry(0.0, tools_in_flight=3, tool_workers=2, ema_queue_wait_s=0.0, tools_queued=1))
+    for sid in ("a", "b", "c"):
+        p.on_event(ToolStarted(session_id=sid, t=0.0, tool_name="bash"))
+    p.on_event(CpuTelemetry(0.0, tools_in_flight=3, tool_workers=2, ema_queue_wait_s=0.0, tools_queued=1))
+    p.on_event(ToolFinished(session_id="a", t=1.0, tool_name="bash", duration_s=1.0))
+    cpu = p.ctx.cpu
+    assert cpu.tools_in_flight == 2 and cpu.full_runs == 2 and cpu.backlog == pytest.approx(1.0)
+
+
 def test_one_core_calls_read_the_same_as_workers():
     ctx = ctx_with(workers=8)
-    ctx.cpu.tools_in_flight, ctx.cpu.tools_queued = 16, 8                  # 8 run, 8 queue
+    ctx.cpu.update(CpuTelemetry(0.0, tools_in_flight=16, tool_workers=8, ema_queue_wait_s=0.0,
+                                tools_queued=8))                           # 8 run, 8 queue
     assert ctx.cpu.backlog == pytest.approx(16 / 8)
     a = AimdAdmission(AimdConfig())
     a.tick(ctx)
