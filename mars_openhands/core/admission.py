@@ -357,6 +357,7 @@ class AimdAdmission(Admission):
     def stats(self) -> Stats:
         p = self.pressure
         return {"window": self.window, "limit": self.limit, "cpu_cap": self.cpu_cap, "host_runs": self.host_runs,
+                "tool_share": self.tool_share, "ticks": self._ticks,
                 "kv_window_blocks": None if self.kv.blocks == math.inf else self.kv.blocks,
                 "kv_admit_window_blocks": None if self.kv.admit_blocks == math.inf else self.kv.admit_blocks,
                 "working_set_blocks": self.working_set.blocks,
