@@ -1,7 +1,9 @@
 """The tool calls each session has counted on the tool plane (`CpuState.tools_in_flight`).
 
 Tool events may reach a replica that did not see the tool start (behind a router): a finish without
-its start here changes nothing, and a session ended or forgotten here takes its own calls out.
+its start here changes nothing, and a session ended or forgotten here takes its own calls out, as
+does a session whose next call arrives before its tools' finish events (a late finish then changes
+nothing).
 """
 from __future__ import annotations
 
@@ -34,7 +36,8 @@ class ToolPlaneCount:
             cpu.observe_wait(ev.queue_wait_s)
 
     def forget(self, session_id: str, cpu: CpuState) -> None:
-        """Take a session's counted tools off the tool plane (it ended or was forgotten here)."""
+        """Take a session's counted tools off the tool plane (it ended or was forgotten here, or its
+        next call arrived)."""
         n = self._by_session.pop(session_id, 0)
         if n:
             cpu.tools_in_flight = max(0, cpu.tools_in_flight - n)

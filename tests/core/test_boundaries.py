@@ -154,3 +154,19 @@ def test_a_tool_whose_session_moved_leaves_the_tool_planes_when_the_session_is_f
     assert old.session("mover") is None and old.ctx.cpu.tools_in_flight == 0
     new.on_event(SessionEnded("stay", 6.0))                         # ended mid-tool: off the plane
     assert new.ctx.cpu.tools_in_flight == 0
+
+
+def test_a_call_that_arrives_before_its_tools_finish_event_ends_them_once():
+    """The finish event reaches the engine late (behind the HTTP hop): the next call says the tool
+    is over, and the late finish must not take a second call off the host."""
+    p = build_policy("mars", SHAPE)
+    for sid in ("a", "b"):
+        call(p, sid, 0.0, 1.0)
+        p.on_event(ToolStarted(sid, 1.0, "terminal"))
+    assert p.ctx.cpu.tools_in_flight == 2
+    p.on_request_arrival(Request("a#1", "a", 2.0, 1200, turn_index=1), 2.0)
+    assert p.ctx.cpu.tools_in_flight == 1                            # "b" still runs its tool
+    p.on_event(ToolFinished("a", 1.9, "terminal", 0.9))              # a's finish, late
+    assert p.ctx.cpu.tools_in_flight == 1
+    p.on_event(ToolFinished("b", 2.5, "terminal", 1.5))
+    assert p.ctx.cpu.tools_in_flight == 0
