@@ -22,10 +22,13 @@ Every `interval_s` (0.2 s) `tick()` reads both planes and moves two limits:
   heavy builds at once than it has workers.
 
   The paper's cpu_cap assumes every admitted session has a tool call in flight. We measure the
-  share instead: an EMA of the admitted sessions with no call in the engine (in a tool, or
-  between calls), so cpu_cap sessions still put (low + high) / 2 x workers tool calls in flight
+  share instead: an EMA of the admitted sessions in a tool among those in a tool or with a call
+  in the engine, so cpu_cap sessions still put (low + high) / 2 x workers tool calls in flight
   on average. Sessions whose tools take milliseconds then do not cap the engine at 1.5 sessions
-  per tool worker; when tools queue, the share rises to 1 and cpu_cap is the paper's again.
+  per tool worker; when tools queue, the share rises to 1 and cpu_cap is the paper's again. A
+  session that reports its tools and has none open is on neither plane (its reply on the way to
+  the agent, its next call on the way back: 0.2-0.4 s a turn on a real engine, more than most
+  tools take); one that sends no tool events counts in a tool whenever it is out of the engine.
 
 - the KV window K (ours, GPU plane, in blocks): the admitted sessions' predicted footprints
   (`footprints`: context so far plus the measured growth of one turn) must sum to at most
@@ -191,8 +194,12 @@ class AimdAdmission(Admission):
                 self.window = min(cfg.w_max, self.window)
         workers = max(1, ctx.cpu.tool_workers)
         sessions = len(ws.sessions)
-        out_share = (sessions - ws.in_engine) / sessions if sessions else 1.0
-        self.tool_share += SHARE_EMA * (out_share - self.tool_share)
+        # (a session between a call and its tool, or a tool and its next call, is on neither plane:
+        # on a real engine those hops took 0.2-0.4 s a turn, longer than most tools)
+        placed = ws.in_tools + ws.in_engine
+        if placed or not sessions:
+            out_share = ws.in_tools / placed if placed else 1.0
+            self.tool_share += SHARE_EMA * (out_share - self.tool_share)
         runs = ctx.cpu.full_runs
         if runs is not None:
             # The host is full: the calls it runs now are what it can run (a build on 4 cores

@@ -87,6 +87,9 @@ class Session:
     holds_slot: bool = False       # counted in the admission window (set by `slots.AdmittedSlots` only)
     ended: bool = False
     in_tool: ToolStarted | None = None   # the running tool call, if a tool-started event arrived
+    #: It sent a tool event of its own: with none open and no call in the engine it is between a
+    #: call and its tool, or a tool and its next call (HTTP hops, the agent's own work), not in a tool.
+    reports_tools: bool = False
     last_turn_finished_s: float | None = None
     turn_index: int = -1           # of its latest call here (the client's count; -1: none yet)
     #: A call of it skipped turn indices: its calls (and events) also go to other replicas.

@@ -437,6 +437,8 @@ class Policy:
 
     def _session_event(self, s: Session | None, ev: SessionEvent) -> list[Pin]:
         """What a session event changes for its session (None: unknown here); pins to release."""
+        if s is not None and isinstance(ev, (ToolStarted, ToolFinished, ToolCancelled)):
+            s.reports_tools = True
         if isinstance(ev, ToolStarted):
             if s is not None:
                 s.in_tool = ev

@@ -40,9 +40,11 @@ class WorkingSet:
 
     sessions: dict[str, Session] = field(default_factory=dict)
     blocks: int = 0
-    #: As of the last `refresh`: footprint and count of the sessions with a call in the engine.
+    #: As of the last `refresh`: footprint and count of the sessions with a call in the engine, and
+    #: the count of the others in a tool (or, sending no tool events, anywhere out of the engine).
     engaged_blocks: int = 0
     in_engine: int = 0
+    in_tools: int = 0
     #: `youngest_first`, kept until a session joins or leaves (ticks read it far more often)
     _youngest: list[Session] | None = field(default=None, repr=False)
 
@@ -62,7 +64,7 @@ class WorkingSet:
         the part with a call in the engine (one pass: this runs at every tick)."""
         gone: list[str] = []
         growth, block_size, known = round(ctx.turn_growth_tokens), ctx.kv.block_size, ctx.sessions
-        blocks = engaged_blocks = in_engine = 0
+        blocks = engaged_blocks = in_engine = in_tools = 0
         for sid, s in self.sessions.items():
             if not (s.holds_slot and not s.ended and known.get(sid) is s):
                 gone.append(sid)
@@ -73,11 +75,13 @@ class WorkingSet:
             if s.turns > s.turns_finished:
                 engaged_blocks += fp
                 in_engine += 1
+            elif s.in_tool is not None or not s.reports_tools:
+                in_tools += 1
         if gone:
             for sid in gone:
                 del self.sessions[sid]
             self._youngest = None
-        self.blocks, self.engaged_blocks, self.in_engine = blocks, engaged_blocks, in_engine
+        self.blocks, self.engaged_blocks, self.in_engine, self.in_tools = blocks, engaged_blocks, in_engine, in_tools
 
     def youngest_first(self) -> list[Session]:
         """Every session but the oldest, youngest (latest admitted, then latest arrived) first,

@@ -7,6 +7,7 @@ from mars_openhands.core import EngineShape, Policy, PolicyConfig, Request, Sess
 from mars_openhands.core.admission import AimdAdmission
 from mars_openhands.core.aimd_config import AimdConfig
 from mars_openhands.core.balancer import LoadBalancer, Pressure
+from mars_openhands.core.boundaries import INFERRED_TOOL
 from mars_openhands.core.context import PolicyContext
 from mars_openhands.core.model import CpuState, KVState
 from mars_openhands.events import CpuTelemetry, EngineTelemetry, ToolFinished, ToolStarted
@@ -582,6 +583,49 @@ def test_a_full_host_of_multi_core_calls_is_measured_in_the_calls_it_runs():
     assert ctx.cpu.backlog == pytest.approx(10 / 64)                       # per worker again
     a.tick(ctx)
     assert a.host_runs == pytest.approx(16.0)                              # what it ran when full
+
+
+def test_sessions_between_a_tool_and_their_next_call_load_neither_plane():
+    """On the engine a turn's hops (the reply to the agent, the tool's finish to the next call)
+    took 0.2-0.4 s, longer than most tools: read as tool time, they put the share at 0.6-0.95
+    against 0.3-0.6 in the simulators, and the cap paused sessions the host had room for."""
+    a, ctx = AimdAdmission(AimdConfig()), ctx_with(workers=8)
+    bind(a, ctx, n=10)
+    group = list(a.working_set.sessions.values())
+    for s in group[:2]:
+        s.turns = 1                                               # in the engine
+    for s in group[2:4]:
+        s.reports_tools, s.in_tool = True, ToolStarted(session_id=s.session_id, t=0.0, tool_name="bash")
+    for s in group[4:]:
+        s.reports_tools = True                                    # its tool ended, no call yet
+    for _ in range(200):
+        a.tick(ctx)
+    assert a.tool_share == pytest.approx(0.5, abs=1e-3)           # 2 in tools of 4 on a plane
+    assert a.cpu_cap == 24                                        # ceil(8 x 1.5 / 0.5); was 15
+    for s in group[4:]:
+        s.reports_tools = False                                   # sends no events: out is a tool
+    for _ in range(400):
+        a.tick(ctx)
+    assert a.tool_share == pytest.approx(0.8, abs=1e-3)
+
+
+def test_a_sessions_own_tool_events_mark_it_as_reporting_its_tools():
+    p = mars()
+    req, _ = arrive(p, "s", 0, 1000, 0.0)
+    p.admit([p.ctx.sessions["s"]], 0.0)
+    finish(p, req, 1.0)
+    s = p.ctx.sessions["s"]
+    assert not s.reports_tools                                    # between calls, as far as known
+    p.on_event(ToolStarted(session_id="s", t=1.1, tool_name="bash"))
+    assert s.reports_tools and s.in_tool is not None
+    p.on_event(ToolFinished(session_id="s", t=1.5, tool_name="bash", duration_s=0.4))
+    assert s.reports_tools and s.in_tool is None                  # on neither plane until it calls
+    quiet, _ = arrive(p, "n", 0, 1000, 2.0)                      # an agent that sends no events
+    p.admit([p.ctx.sessions["n"]], 2.0)
+    finish(p, quiet, 3.0)
+    p.on_event(ToolStarted(session_id="n", t=3.0, tool_name=INFERRED_TOOL))   # the engine's guess
+    n = p.ctx.sessions["n"]
+    assert n.in_tool is not None and not n.reports_tools
 
 
 def test_a_tool_event_between_two_telemetries_does_not_move_the_calls_the_host_runs():
