@@ -165,8 +165,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="bind replica i's threads to cores [i*C, (i+1)*C) (default 0: unbound)")
     p.add_argument("--engine-cores", metavar="LIST",
                    help="one engine: bind its threads to these cores (e.g. 0 or 0-3) and run the tools on the "
-                        "host's other cores, so that the planes do not compete for cores, as on a GPU host "
-                        "and in the simulator (default: vLLM's own binding, tools on any core)")
+                        "host's other cores at idle priority (the engine's scheduler and front end float), "
+                        "so that the planes do not compete for cores, as on a GPU host and in the simulator "
+                        "(default: vLLM's own binding, tools on any core at normal priority)")
     add_synthetic_args(p)
     return p
 

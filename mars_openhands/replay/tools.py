@@ -8,6 +8,13 @@ with the engine and with each other exactly as on the agent's host. A call holds
 simulator's pool): a file view 0.2, a wait for a human 0.01, a build on 4 cores one. Later calls
 wait in FIFO order, and the wait is measured separately from the run time.
 
+Given cores of their own (`bench-engine --engine-cores`), the spinners run there at idle priority:
+vLLM binds only its model worker's threads to the engine's cores, and its scheduler process, its
+HTTP front end and the replay client float onto the tool cores. On the 2-core host two spinning
+tools took most of the core the scheduler ran on, and every step, event and request waited for it
+(events 0.2-0.4 s late, the engine held idle twice as long). At idle priority a tool gets the cycles
+the serving stack leaves, as on a host with cores to spare; it still ends at its deadline.
+
 The spinning processes are started ahead of the calls and serve one call after another: starting a
 Python process on the busy tool core took 0.3-1 s, so a 12 ms file edit ran for 0.33-0.40 s on the
 2-core host, every call of a trace ran longer than it says, and the simulators, which run the trace's
@@ -32,6 +39,7 @@ from mars_openhands.workload.trace import worker_share
 _SPIN = """
 import os, sys, time
 if len(sys.argv) > 1:
+    os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
     os.sched_setaffinity(0, {int(c) for c in sys.argv[1].split(",")})
 period = 0.02
 while True:

@@ -220,7 +220,7 @@ def _allowed_cores(pid: int) -> str:
         return next(line.split(":")[1].strip() for line in f if line.startswith("Cpus_allowed_list"))
 
 
-def test_tools_spin_only_on_the_cores_they_are_given():
+def test_tools_spin_only_on_the_cores_they_are_given_and_yield_them_to_the_serving_stack():
     core = max(os.sched_getaffinity(0))
 
     async def main():
@@ -231,10 +231,23 @@ def test_tools_spin_only_on_the_cores_they_are_given():
         while time.monotonic() < deadline and len(set(allowed)) != 1 or not allowed:
             await asyncio.sleep(0.2)     # each child sets its affinity as it starts
             allowed = [_allowed_cores(pid) for pid in pool.live_pids()]
+        policies = {os.sched_getscheduler(pid) for pid in pool.live_pids()}
         await task
         await pool.close()
-        return allowed
-    assert asyncio.run(main()) == [str(core), str(core)]
+        return allowed, policies
+    assert asyncio.run(main()) == ([str(core), str(core)], {os.SCHED_IDLE})
+
+
+def test_tools_without_cores_of_their_own_compete_at_normal_priority():
+    async def main():
+        pool = ToolPool(workers=1)
+        task = asyncio.create_task(pool.run(0.6, 1.0))
+        await asyncio.sleep(0.4)
+        policies = {os.sched_getscheduler(pid) for pid in pool.live_pids()}
+        await task
+        await pool.close()
+        return policies
+    assert asyncio.run(main()) == {os.SCHED_OTHER}
 
 
 def test_cancel_kills_children_and_frees_the_worker():
