@@ -65,6 +65,8 @@ while True:
 
 
 MAX_CORES_PER_CALL = 64
+#: How long past its deadline a call waits for its spinner to answer before it ends without it.
+ANSWER_GRACE_S = 0.02
 #: Ready spinners kept per worker at most (the rest of those a many-core call returns exit).
 MAX_READY_PER_WORKER = 4
 
@@ -109,6 +111,9 @@ class ToolPool:
         self._starting: set[asyncio.Task[None]] = set()
         self._running = 0
         self._closed = False
+        #: Spinners whose call ended at its deadline before they answered, and their waits.
+        self._late: set[asyncio.subprocess.Process] = set()
+        self._settling: set[asyncio.Task[None]] = set()
 
     @property
     def running(self) -> int:
@@ -158,17 +163,43 @@ class ToolPool:
 
     async def _spin(self, p: asyncio.subprocess.Process, deadline: float, duty: float) -> int:
         """One share of a call on spinner `p`: 0 once it answers, else its exit status (it died).
-        A spinner that answered is ready for the next call."""
+        The call ends by `ANSWER_GRACE_S` past its deadline on this process' clock whether the
+        spinner answered or not: at idle priority its answer waits for a free moment of its core
+        (0.15-0.22 s a call at point A, doubling calls of 0.25 s). A spinner that answered is
+        ready for the next call."""
         assert p.stdin is not None and p.stdout is not None
         p.stdin.write(f"{deadline!r} {duty!r}\n".encode())
-        if await p.stdout.readline() != b"done\n":
+        answer = asyncio.ensure_future(p.stdout.readline())
+        left = deadline + ANSWER_GRACE_S - time.time()
+        if left > 0:
+            try:
+                await asyncio.wait((answer,), timeout=left)
+            except asyncio.CancelledError:
+                answer.cancel()
+                raise
+        if answer.done():
+            return await self._answered(p, answer.result())
+        self._late.add(p)
+        task = asyncio.get_running_loop().create_task(self._settle(p, answer))
+        self._settling.add(task)
+        task.add_done_callback(self._settling.discard)
+        return 0
+
+    async def _answered(self, p: asyncio.subprocess.Process, line: bytes) -> int:
+        if line != b"done\n":
             return await p.wait() or 1
         self._procs.discard(p)
+        self._late.discard(p)
         if self._closed or len(self._ready) >= MAX_READY_PER_WORKER * self.workers:
             await self._kill([p])
         else:
             self._ready.append(p)
         return 0
+
+    async def _settle(self, p: asyncio.subprocess.Process, answer: asyncio.Future[bytes]) -> None:
+        """A spinner past its call's deadline: ready again once it answers, reaped if it died."""
+        if await self._answered(p, await answer):
+            self._late.discard(p)
 
     async def _spinner(self) -> asyncio.subprocess.Process:
         """A ready spinner if one is alive, else one started now; ready ones are replaced."""
@@ -282,6 +313,9 @@ class ToolPool:
         self._waiters.clear()
         if self._starting:
             await asyncio.gather(*self._starting)      # each kills its own spinner (closed)
-        await self._kill(list(self._procs) + list(self._ready))
+        await self._kill(list(self._procs) + list(self._ready) + list(self._late))
+        if self._settling:
+            await asyncio.gather(*self._settling, return_exceptions=True)
         self._procs.clear()
         self._ready.clear()
+        self._late.clear()

@@ -1,6 +1,7 @@
 """The host tool pool: real spinning processes, FIFO queueing, nothing left behind."""
 import asyncio
 import os
+import signal
 import time
 
 import pytest
@@ -70,6 +71,11 @@ def test_a_many_core_call_returns_its_spinners_up_to_the_cap():
     async def main():
         pool = ToolPool(workers=1)
         run = await pool.run(0.05, 6.0)
+        for _ in range(100):              # (six spinners on a small host may answer after the call)
+            if len(pool.ready_pids()) >= 4:
+                break
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.2)          # and no more come back than the cap
         ready = pool.ready_pids()
         await pool.close()
         return run, ready
@@ -248,6 +254,33 @@ def test_tools_without_cores_of_their_own_compete_at_normal_priority():
         await pool.close()
         return policies
     assert asyncio.run(main()) == {os.SCHED_OTHER}
+
+
+def test_a_call_ends_at_its_deadline_though_its_spinner_cannot_run_to_say_so():
+    """At idle priority a spinner past its deadline waits for a free moment of its core to answer;
+    the call's time is the trace's all the same, and the spinner serves later calls once it does."""
+    async def main():
+        pool = ToolPool(workers=1)
+        await pool.warm()
+        task = asyncio.create_task(pool.run(0.5, 1.0))
+        await asyncio.sleep(0.1)
+        (pid,) = pool.live_pids()
+        os.kill(pid, signal.SIGSTOP)              # a starved core: the spinner cannot answer
+        try:
+            first = await asyncio.wait_for(task, 5)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        for _ in range(50):                       # it answers once it runs again
+            if pid in pool.ready_pids():
+                break
+            await asyncio.sleep(0.05)
+        ready = pid in pool.ready_pids()
+        second = await pool.run(0.05, 1.0)
+        await pool.close()
+        return first, ready, second, pool.ready_pids()
+    first, ready, second, left = asyncio.run(main())
+    assert 0.4 < first.run_s < 0.7 and first.exit_status == 0
+    assert ready and second.exit_status == 0 and left == []
 
 
 def test_cancel_kills_children_and_frees_the_worker():
