@@ -11,9 +11,9 @@ wait in FIFO order, and the wait is measured separately from the run time.
 Given cores of their own (`bench-engine --engine-cores`), the spinners run there at idle priority:
 vLLM binds only its model worker's threads to the engine's cores, and its scheduler process, its
 HTTP front end and the replay client float onto the tool cores. On the 2-core host two spinning
-tools took most of the core the scheduler ran on, and every step, event and request waited for it
-(events 0.2-0.4 s late, the engine held idle twice as long). At idle priority a tool gets the cycles
-the serving stack leaves, as on a host with cores to spare; it still ends at its deadline.
+tools shared the core the scheduler ran on, and every step, event and request waited for it. At
+idle priority a tool gets the cycles the serving stack leaves, as on a host with cores to spare;
+the call still ends at its deadline.
 
 The spinning processes are started ahead of the calls and serve one call after another: starting a
 Python process on the busy tool core took 0.3-1 s, so a 12 ms file edit ran for 0.33-0.40 s on the
@@ -164,9 +164,9 @@ class ToolPool:
     async def _spin(self, p: asyncio.subprocess.Process, deadline: float, duty: float) -> int:
         """One share of a call on spinner `p`: 0 once it answers, else its exit status (it died).
         The call ends by `ANSWER_GRACE_S` past its deadline on this process' clock whether the
-        spinner answered or not: at idle priority its answer waits for a free moment of its core
-        (0.15-0.22 s a call at point A, doubling calls of 0.25 s). A spinner that answered is
-        ready for the next call."""
+        spinner answered or not: at idle priority its answer may wait for a free moment of its
+        core, and the trace's duration is the call's. A spinner is ready for the next call once
+        it answered."""
         assert p.stdin is not None and p.stdout is not None
         p.stdin.write(f"{deadline!r} {duty!r}\n".encode())
         answer = asyncio.ensure_future(p.stdout.readline())
@@ -189,7 +189,6 @@ class ToolPool:
         if line != b"done\n":
             return await p.wait() or 1
         self._procs.discard(p)
-        self._late.discard(p)
         if self._closed or len(self._ready) >= MAX_READY_PER_WORKER * self.workers:
             await self._kill([p])
         else:
@@ -198,7 +197,9 @@ class ToolPool:
 
     async def _settle(self, p: asyncio.subprocess.Process, answer: asyncio.Future[bytes]) -> None:
         """A spinner past its call's deadline: ready again once it answers, reaped if it died."""
-        if await self._answered(p, await answer):
+        try:
+            await self._answered(p, await answer)
+        finally:
             self._late.discard(p)
 
     async def _spinner(self) -> asyncio.subprocess.Process:

@@ -586,9 +586,9 @@ def test_a_full_host_of_multi_core_calls_is_measured_in_the_calls_it_runs():
 
 
 def test_sessions_between_a_tool_and_their_next_call_load_neither_plane():
-    """On the engine a turn's hops (the reply to the agent, the tool's finish to the next call)
-    took 0.2-0.4 s, longer than most tools: read as tool time, they put the share at 0.6-0.95
-    against 0.3-0.6 in the simulators, and the cap paused sessions the host had room for."""
+    """On the engine a turn's hops (the reply to the agent, the tool's finish to the next call),
+    read as tool time, put the share at 0.68-0.88 against 0.31-0.60 in the simulators, and the cap
+    paused sessions the host had room for."""
     a, ctx = AimdAdmission(AimdConfig()), ctx_with(workers=8)
     bind(a, ctx, n=10)
     group = list(a.working_set.sessions.values())
