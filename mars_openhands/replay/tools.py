@@ -162,7 +162,7 @@ class ToolPool:
             stderr=asyncio.subprocess.DEVNULL, start_new_session=True)
 
     async def _spin(self, p: asyncio.subprocess.Process, deadline: float, duty: float) -> int:
-        """One share of a call on spinner `p`: 0 once it answers, else its exit status (it died).
+        """One share of a call on spinner `p`: its exit status if it died by the deadline, else 0.
         The call ends by `ANSWER_GRACE_S` past its deadline on this process' clock whether the
         spinner answered or not: at idle priority its answer may wait for a free moment of its
         core, and the trace's duration is the call's. A spinner is ready for the next call once
