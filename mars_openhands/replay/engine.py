@@ -2,7 +2,10 @@
 
 Completions go to `/v1/completions` with token-id prompts (exact lengths, no tokenizer in the
 loop), streamed so the client sees when the first token arrives, with the output length forced
-(`max_tokens = min_tokens`, `ignore_eos`). Each request carries the session id the way agents send
+(`max_tokens = min_tokens`, `ignore_eos`). The rest of the reply comes in one piece at its end
+(vLLM's `stream_interval`), as a non-streaming agent (OpenHands' default) gets it: the server's
+front end and the client, which share the host's cores with the agents' tools, handle two chunks a
+reply instead of one a token. Each request carries the session id the way agents send
 it (`X-Session-ID` header, and `vllm_xargs` with the turn index), which the MARS adapter reads.
 Boundary events are posted to `/mars/v1/events` in batches by `EventSink`, one session per POST with
 that session in `X-Session-ID` (a router routing by session sends them where its calls go).
@@ -122,6 +125,7 @@ class EngineClient:
         body = {"model": self.model, "prompt": prompt, "max_tokens": output_tokens,
                 "min_tokens": output_tokens, "ignore_eos": True, "temperature": 0.0,
                 "stream": True, "stream_options": {"include_usage": True}, "return_token_ids": True,
+                "stream_interval": max(1, output_tokens),
                 XARGS_FIELD: {SESSION_FIELD: session_id, TURN_FIELD: turn_index}}
         headers = {SESSION_HEADER: session_id}
         tokens: list[int] = []

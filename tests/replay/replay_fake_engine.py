@@ -46,6 +46,7 @@ class FakeEngine:
     requests: list[dict] = field(default_factory=list)
     events: list[dict] = field(default_factory=list)
     event_batches: int = 0
+    chunks: list[int] = field(default_factory=list)   # token chunks streamed per completion
     event_posts: list[tuple[str | None, list[str]]] = field(default_factory=list)  # (header, sessions)
     cached_blocks: set = field(default_factory=set)
     hits: int = 0
@@ -118,9 +119,16 @@ class FakeEngine:
                     await asyncio.sleep(self.prefill_delay_s * (len(prompt) - cached))
                 first = {"choices": [{"index": 0, "text": "", "token_ids": [], "prompt_token_ids": prompt}]}
                 yield f"data: {json.dumps(first)}\n\n"
-                for tok in out:
+                # As vLLM: the first token at once, then a chunk per `stream_interval` tokens and the rest.
+                interval, pending, chunks = body.get("stream_interval") or 1, [], 0
+                for j, tok in enumerate(out):
                     await asyncio.sleep(self.token_delay_s)
-                    yield f"data: {json.dumps({'choices': [{'index': 0, 'text': 'x', 'token_ids': [tok]}]})}\n\n"
+                    pending.append(tok)
+                    if j == 0 or len(pending) >= interval or j == n - 1:
+                        chunks += 1
+                        yield f"data: {json.dumps({'choices': [{'index': 0, 'text': 'x', 'token_ids': pending}]})}\n\n"
+                        pending = []
+                self.chunks.append(chunks)
                 self.insert(prompt + out[:-1])
                 usage = {"prompt_tokens": len(prompt), "completion_tokens": n,
                          "prompt_tokens_details": {"cached_tokens": cached}}

@@ -49,6 +49,17 @@ def test_replay_sends_agent_like_prompts_tagged_with_the_session(fake_engine):
     assert out.sessions[1].started_s >= 0.2
 
 
+def test_a_reply_streams_its_first_token_at_once_and_the_rest_in_one_piece(fake_engine):
+    fake_engine.token_delay_s = 0.01
+    out = _replay(fake_engine.url, _sessions())
+    # two chunks a reply, as a non-streaming agent loads the server, not one per token ...
+    assert fake_engine.chunks == [2] * len(fake_engine.requests)
+    # ... and the client still times the first token apart from the last
+    for s in out.sessions:
+        for t in s.turns:
+            assert t.first_token_s - t.submitted_s < t.finished_s - t.first_token_s
+
+
 def test_replay_posts_tool_and_session_events_with_measured_times(fake_engine):
     out = _replay(fake_engine.url, _sessions())
     events = [parse_event(e) for e in fake_engine.events]
