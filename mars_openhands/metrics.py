@@ -17,12 +17,14 @@ from typing import Any
 import numpy as np
 
 from mars_openhands.core.registry import is_mars_variant
-from mars_openhands.results import RunResult
+from mars_openhands.results import RunResult, TurnTiming
 
+#: Where a completed session's time went, mean per session (`time_breakdown`).
+BREAKDOWN = ("first_wait_s", "later_waits_s", "decoding_s", "tool_queue_s", "tool_run_s")
 FIELDS = ("sessions", "completed", "mean_e2e_s", "p50_e2e_s", "p95_e2e_s", "p99_e2e_s",
           "mean_slowdown", "goodput_sps", "goodput_fraction", "throughput_sps", "makespan_s",
           "recomputed_prefill_tokens", "prefix_hit_tokens", "pinned_block_seconds", "preemptions",
-          "held_idle_s", "held_idle_share")
+          "held_idle_s", "held_idle_share", *BREAKDOWN)
 
 
 def _r(x: float | None, nd: int = 4) -> float | None:
@@ -58,7 +60,25 @@ def summarize(run: RunResult, alpha: float = 3.0) -> dict[str, Any]:
         # of the makespan (an admission gate holding work from an idle engine; docs/policies.md).
         "held_idle_s": _r(run.held_idle_s, 3),
         "held_idle_share": _r(run.held_idle_s / makespan, 4) if makespan else None,
+        **time_breakdown(run.turns, {s.session_id for s, _ in done}),
     }
+
+
+def time_breakdown(turns: Sequence[TurnTiming], completed: set[str]) -> dict[str, float | None]:
+    """Where the completed sessions' time went, mean per session: the wait for the first call's
+    first token (the admission gate and the engine's queue and prefill), the same for the later
+    calls, decoding (first token to last), and the tools' queue and run. Engines differ most in
+    the first (a gate holds new sessions), so it stands apart. Where hops take no time (the
+simulators) the five add up to the mean E2E. All None without timings."""
+    sums = dict.fromkeys(BREAKDOWN, 0.0)
+    for t in turns:
+        if t.session_id in completed:
+            sums["first_wait_s" if t.turn == 0 else "later_waits_s"] += t.first_token_s - t.submitted_s
+            sums["decoding_s"] += t.finished_s - t.first_token_s
+            sums["tool_queue_s"] += t.tool_queue_wait_s
+            sums["tool_run_s"] += t.tool_run_s
+    n = len(completed) if turns else 0
+    return {k: _r(v / n) if n else None for k, v in sums.items()}
 
 
 def stall_notes(runs: Mapping[str, RunResult], min_s: float = 1.0) -> list[str]:

@@ -25,6 +25,20 @@ class SessionResult:
 
 
 @dataclass(slots=True)
+class TurnTiming:
+    """One call and the tool after it, on the run's clock: what splits a session's time into where
+    it went (`metrics.time_breakdown`), alike in both simulator engines and the replay."""
+
+    session_id: str
+    turn: int
+    submitted_s: float
+    first_token_s: float
+    finished_s: float
+    tool_queue_wait_s: float = 0.0
+    tool_run_s: float = 0.0
+
+
+@dataclass(slots=True)
 class RunResult:
     policy: str
     sessions: list[SessionResult]
@@ -39,6 +53,8 @@ class RunResult:
     #: The policy's admission block once a second (`admission_sample`), where the run has one:
     #: vLLM's scheduler on a virtual clock (and the real engine's replay) record it for a gate.
     admission: list[dict[str, Any]] = field(default_factory=list)
+    #: Every call's timing, where the engine recorded them (`time_breakdown`).
+    turns: list[TurnTiming] = field(default_factory=list)
 
 
 def admission_sample(t: float, stats: dict[str, Any] | None) -> dict[str, Any] | None:

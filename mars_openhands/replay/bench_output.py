@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mars_openhands.metrics import speedups
+from mars_openhands.metrics import BREAKDOWN, speedups
 from mars_openhands.replay.accounting import account
 from mars_openhands.replay.client import ReplayOutcome, StatsDoc, stat_value
 from mars_openhands.replay.engine import CacheConfig
 from mars_openhands.replay.engine_costs import EngineCosts, Samples
-from mars_openhands.results import RunResult, SessionResult
+from mars_openhands.results import RunResult, SessionResult, TurnTiming
 from mars_openhands.sim.profiles import Profile
 from mars_openhands.sim.routing import EVENT_MODES
 from mars_openhands.workload.prompts import TurnShape
@@ -76,7 +76,10 @@ def run_result(policy: str, sessions: list[SessionTrace], run: PolicyRun, costs:
     return RunResult(policy, results, recomputed_prefill_tokens=int(missed + preempt_recompute),
                      prefix_hit_tokens=int(hits), pinned_block_seconds=float(pinned_bs), preemptions=preemptions,
                      held_idle_s=outcome.held_idle_s if held_idle is None else held_idle,
-                     timeline=list(outcome.timeline))
+                     timeline=list(outcome.timeline),
+                     turns=[TurnTiming(rec.session_id, t.turn_index, t.submitted_s, t.first_token_s, t.finished_s,
+                                       t.tool_queue_wait_s, t.tool_run_s)
+                            for rec in outcome.sessions for t in rec.turns])
 
 
 def scheduler_us_per_step(stats: StatsDoc) -> float | None:
@@ -291,6 +294,20 @@ def held_idle_table(measured: dict[str, dict[str, Any]], predicted: Predictions,
     return _table(header, rows, markdown)
 
 
+def breakdown_table(measured: dict[str, dict[str, Any]], predicted: dict[str, dict[str, Any]],
+                    markdown: bool = False) -> str:
+    """Per policy, where a session's time went (`metrics.time_breakdown`, s): measured, then each
+    simulator engine's prediction (`predicted`: {engine: {policy: summary}}, one profile), so
+    that where they part shows as a column, not only as a total."""
+    def cell(s: dict[str, Any] | None) -> str:
+        if not s or s.get(BREAKDOWN[0]) is None:
+            return "-"
+        return " / ".join(f"{s[k]:.1f}" for k in BREAKDOWN)
+
+    rows = [[n, cell(m), *(cell(p.get(n)) for p in predicted.values())] for n, m in measured.items()]
+    return _table(["policy", "measured", *predicted], rows, markdown)
+
+
 def prediction_sections(measured: dict[str, dict[str, Any]], predicted: Predictions, rounds: int,
                         markdown: bool = False) -> list[str]:
     """The measured-vs-predicted report, titled blocks: per profile the policies' mean / p95 by
@@ -301,6 +318,11 @@ def prediction_sections(measured: dict[str, dict[str, Any]], predicted: Predicti
     for label, by_engine in predicted.items():
         out.append(f"profile {label}: mean / p95 E2E by each engine ({', '.join(by_engine)}), "
                    "error = predicted / measured - 1" + gap + comparison_table(measured, by_engine, markdown))
+    if predicted:
+        label, by_engine = list(predicted.items())[-1]
+        out.append(f"{title}where a session's time went, mean s: first call's wait for its first token / "
+                   f"later calls' / decoding / tool queue / tool run (profile {label})" + gap
+                   + breakdown_table(measured, by_engine, markdown))
     engines = " / ".join(dict.fromkeys(e for by_engine in predicted.values() for e in by_engine))
     out.append(f"{title}held with the engine idle, % of the makespan: measured and predicted ({engines})" + gap
                + held_idle_table(measured, predicted, markdown))

@@ -55,7 +55,7 @@ from mars_openhands.events import (
     ToolFinished,
     ToolStarted,
 )
-from mars_openhands.results import RunResult, SessionResult
+from mars_openhands.results import RunResult, SessionResult, TurnTiming
 from mars_openhands.sim.clock import ARRIVE, WAKE
 from mars_openhands.sim.engine import Engine, SimulationError
 from mars_openhands.sim.entities import SimSession
@@ -350,6 +350,11 @@ class Cluster:
                     out[s.sid] = s.finish_s
         return out
 
+    def timings(self) -> list[TurnTiming]:
+        """Every call's timing, by session and turn (a session's calls may be served on several replicas)."""
+        rows = [t for r in self.replicas for s in r.sessions for t in s.timings]
+        return sorted(rows, key=lambda t: (t.session_id, t.turn))
+
     def stats(self) -> ClusterStats:
         program: dict[str, int] = {}
         for r in self.replicas:
@@ -418,4 +423,5 @@ def run_cluster(sessions: Sequence[SessionTrace], profile: Profile | str, policy
                      pinned_block_seconds=sum(r.counters.pinned_block_seconds for r in rs),
                      preemptions=sum(r.counters.preemptions for r in rs),
                      held_idle_s=sum(r.counters.held_idle_s for r in rs),
-                     timeline=_merged_timeline(rs) if replicas > 1 else rs[0].timeline.samples)
+                     timeline=_merged_timeline(rs) if replicas > 1 else rs[0].timeline.samples,
+                     turns=cluster.timings())

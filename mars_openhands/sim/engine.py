@@ -45,6 +45,7 @@ from mars_openhands.events import (
     TurnFinished,
     TurnSubmitted,
 )
+from mars_openhands.results import TurnTiming
 from mars_openhands.sim.batch import BatchRunner, DecodeRun
 from mars_openhands.sim.clock import ARRIVE, TOOL_DONE, WAKE, EventQueue
 from mars_openhands.sim.closed_loop import ClosedLoop
@@ -315,6 +316,8 @@ class Engine:
         for r in sampled:
             req = r.req
             req.output_tokens += 1
+            if r.first_token_s < 0:
+                r.first_token_s = self.now
             if req.output_tokens >= r.target:
                 finished.append(r)
         if finished:
@@ -397,6 +400,7 @@ class Engine:
         req.kv_blocks = 0
         self._emit(TurnFinished(s.sid, now, req.turn_index, req.output_tokens, req.context_tokens,
                                 req.request_id))
+        s.timings.append(TurnTiming(s.sid, req.turn_index, req.arrival_s, r.first_token_s, now))
         turn = s.trace.turns[s.k]
         if turn.tool is not None:
             tool = turn.tool
@@ -430,6 +434,9 @@ class Engine:
         self.pins.release_policy_pins(self._emit(ToolFinished(
             s.sid, now, job.name, job.duration_s, 0, job.command, job.call_id,
             queue_wait_s=job.started_s - job.submitted_s)), now)
+        if s.timings:           # (the replica that served the call runs its tool)
+            last = s.timings[-1]
+            last.tool_queue_wait_s, last.tool_run_s = job.started_s - job.submitted_s, now - job.started_s
         self._start_tools(started)
         s.k += 1
         self._submit_turn(s)

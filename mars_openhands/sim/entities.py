@@ -6,13 +6,14 @@ runs). The policy never sees them: it gets the core `Request`/`Session` objects 
 from __future__ import annotations
 
 from mars_openhands.core.model import Pin, Request
+from mars_openhands.results import TurnTiming
 from mars_openhands.sim.kv import Chain
 from mars_openhands.workload.trace import SessionTrace
 
 
 class SimSession:
     __slots__ = ("trace", "sid", "k", "sys_blocks", "sys_chain", "segments", "parked", "arrival_s",
-                 "finish_s", "recomputed")
+                 "finish_s", "recomputed", "timings")
 
     def __init__(self, trace: SessionTrace, sys_blocks: int, sys_chain: Chain | None) -> None:
         self.trace = trace
@@ -26,13 +27,14 @@ class SimSession:
         self.arrival_s = trace.arrival_s    # when it arrived (closed loop: when its user was free)
         self.finish_s: float | None = None
         self.recomputed = 0                 # prefill tokens this session computed again
+        self.timings: list[TurnTiming] = []   # its calls served here, each with the tool after it
 
 
 class SimRequest:
     """One LLM call. `req` is the policy-visible view; the rest is the engine's."""
 
     __slots__ = ("req", "sess", "target", "c", "holds", "write_idx", "write_start", "valid_blocks",
-                 "done_hi", "evict_hi", "first_hit", "resume_pin", "enqueued_s")
+                 "done_hi", "evict_hi", "first_hit", "resume_pin", "enqueued_s", "first_token_s")
 
     def __init__(self, req: Request, sess: SimSession, target: int, valid_blocks: int,
                  evict_hi: int) -> None:
@@ -49,6 +51,7 @@ class SimRequest:
         self.first_hit = -1                 # prefix-hit tokens of the first lookup
         self.resume_pin: EnginePin | None = None   # previous turn's pin, released after the lookup
         self.enqueued_s = 0.0
+        self.first_token_s = -1.0           # when its first output token was sampled
 
 
 class EnginePin:

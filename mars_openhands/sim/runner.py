@@ -91,4 +91,5 @@ def run_simulation(sessions: Sequence[SessionTrace], profile: Profile | str, pol
     return RunResult(policy=policy_name, sessions=results,
                      recomputed_prefill_tokens=c.recomputed_prefill_tokens,
                      prefix_hit_tokens=c.prefix_hit_tokens, pinned_block_seconds=c.pinned_block_seconds,
-                     preemptions=c.preemptions, held_idle_s=c.held_idle_s, timeline=engine.timeline.samples)
+                     preemptions=c.preemptions, held_idle_s=c.held_idle_s, timeline=engine.timeline.samples,
+                     turns=[t for s in engine.sessions for t in s.timings])

@@ -11,7 +11,7 @@ from typing import Any
 #: (summary field, column title) of the differential table.
 FIELDS = (("mean_e2e_s", "mean s"), ("p95_e2e_s", "p95 s"), ("preemptions", "preempt"),
           ("recomputed_prefill_tokens", "recomp tok"), ("pinned_block_seconds", "pin blk-s"),
-          ("held_idle_s", "held idle s"))
+          ("held_idle_s", "held idle s"), ("first_wait_s", "first wait s"))
 
 
 def _value(summary: Mapping[str, Any], policy: str, field: str) -> float | None:

@@ -27,7 +27,7 @@ from vllm.v1.request import Request
 
 from mars_openhands.core.model import TOOL_WAIT_EMA
 from mars_openhands.events import CpuTelemetry, Event, SessionEnded, ToolFinished, ToolStarted
-from mars_openhands.results import admission_sample
+from mars_openhands.results import TurnTiming, admission_sample
 from mars_openhands.sim.clock import ARRIVE, TOOL_DONE, EventQueue
 from mars_openhands.sim.engine import STALL_S, SimulationError
 from mars_openhands.sim.kv import INF
@@ -53,7 +53,7 @@ class EngineCoreView:
 
 
 class Session:
-    __slots__ = ("trace", "sid", "k", "tokens", "finish_s", "reply")
+    __slots__ = ("trace", "sid", "k", "tokens", "finish_s", "reply", "timings")
 
     def __init__(self, trace: SessionTrace, space: TokenSpace) -> None:
         self.trace = trace
@@ -62,6 +62,7 @@ class Session:
         self.tokens = SessionTokens(trace, space)
         self.finish_s: float | None = None
         self.reply: list[int] = []
+        self.timings: list[TurnTiming] = []    # its calls, each with the tool after it
 
 
 class VllmEngine:
@@ -87,6 +88,7 @@ class VllmEngine:
         self.ema_tool_wait = 0.0
         self.inbox: list[Request | list[Event]] = []     # sent by the host, not yet seen by the engine
         self.calls: dict[str, tuple[Session, Request]] = {}
+        self.first_token: dict[str, float] = {}          # call -> when its first token was sampled
         self.system_hashes: dict[str, list] = {}
         #: call -> tokens a cache that lost nothing would serve it from its session's earlier turns
         self.warm: dict[str, int] = {}
@@ -133,6 +135,8 @@ class VllmEngine:
         outputs = self.sched.update_from_output(out, mro)
         for eco in outputs.values():
             for o in eco.outputs:
+                if o.new_token_ids:
+                    self.first_token.setdefault(o.request_id, self.now)
                 if o.finish_reason is not None:
                     self._finished(o.request_id)
 
@@ -254,6 +258,7 @@ class VllmEngine:
     def _finished(self, rid: str) -> None:
         s, req = self.calls.pop(rid)
         now, k = self.now, s.k
+        s.timings.append(TurnTiming(s.sid, k, req.arrival_time, self.first_token.pop(rid, now), now))
         s.tokens.prompts.record(k, s.reply)
         turn = s.trace.turns[k]
         if turn.tool is None:
@@ -278,6 +283,8 @@ class VllmEngine:
     def _tool_done(self, job: ToolJob) -> None:
         s, now = cast(Session, job.session), self.now
         started = self.tools.finish(job, now)
+        last = s.timings[-1]
+        last.tool_queue_wait_s, last.tool_run_s = job.started_s - job.submitted_s, now - job.started_s
         self.inbox.append([ToolFinished(s.sid, now, job.name, job.duration_s, 0, job.command, job.call_id,
                                         queue_wait_s=job.started_s - job.submitted_s)])
         self._start_tools(started)

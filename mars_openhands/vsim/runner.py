@@ -63,4 +63,5 @@ def run_vllm_simulation(sessions: Sequence[SessionTrace], profile: Profile | str
                      recomputed_prefill_tokens=counters["recomputed_prefill_tokens"] + c.evict_recompute,
                      prefix_hit_tokens=c.prefix_hit_tokens, pinned_block_seconds=c.pinned_block_seconds,
                      preemptions=counters["preemptions"], held_idle_s=c.held_idle_s,
-                     timeline=engine.timeline.samples, admission=engine.admission)
+                     timeline=engine.timeline.samples, admission=engine.admission,
+                     turns=[t for s in engine.sessions for t in s.timings])

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from mars_openhands.metrics import FIELDS
+from mars_openhands.metrics import BREAKDOWN, FIELDS
 from mars_openhands.procs import StartError, descendants, start_time
 from mars_openhands.repeats import RULE
 from mars_openhands.replay import bench
@@ -68,6 +68,13 @@ def test_bench_writes_measured_summary_profile_and_turns(fake_serve, model_dir, 
     assert "policy=fcfs" in (out / "server-calibration.log").read_text()
     printed = capsys.readouterr().out
     assert "fcfs" in printed and "measured vs the simulator engines" in printed
+    # where the sessions' time went, measured from the turns (the client's hops add little here)
+    for name, s in summary["policies"].items():
+        parts = sum(s[k] for k in BREAKDOWN)
+        assert 0.8 * s["mean_e2e_s"] <= parts <= s["mean_e2e_s"] + 1e-3
+        decode = [r["finished_s"] - r["first_token_s"] for r in rows if r["policy"] == name]
+        assert s["decoding_s"] == pytest.approx(sum(decode) / s["completed"], abs=1e-3)
+    assert "where a session's time went" in printed
     sim = json.loads((out / "simulated.json").read_text())
     assert sim["engines"] == ["sim", "vllm"]
     assert set(sim["profiles"]) == {"cpu-small", "cpu-small re-fitted"}

@@ -69,6 +69,7 @@ def test_simulate_engine_both_prints_and_writes_the_engines_side_by_side(tmp_pat
     assert rc == 0
     out = capsys.readouterr().out
     assert "the simulator vs vLLM's own scheduler" in out and "ranking by mean, vllm" in out
+    assert "first wait s sim / vllm" in out          # where the gate's wait shows, side by side
     import json
     diff = json.loads((tmp_path / "o" / "engines.json").read_text())
     assert set(diff["policies"]) == {"fcfs", "mars"}
