@@ -69,7 +69,7 @@ def time_breakdown(turns: Sequence[TurnTiming], completed: set[str]) -> dict[str
     first token (the admission gate and the engine's queue and prefill), the same for the later
     calls, decoding (first token to last), and the tools' queue and run. Engines differ most in
     the first (a gate holds new sessions), so it stands apart. Where hops take no time (the
-simulators) the five add up to the mean E2E. All None without timings."""
+    simulators) the five add up to the mean E2E. All None without timings."""
     sums = dict.fromkeys(BREAKDOWN, 0.0)
     for t in turns:
         if t.session_id in completed:
