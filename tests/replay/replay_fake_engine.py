@@ -223,7 +223,9 @@ if __name__ == "__main__":
     import sys
     port, policy = int(sys.argv[1]), sys.argv[2]
     # With FAKE_SERVE_HOLD=POLICY the engine of that policy holds every call (a stalled gate).
-    fake = FakeEngine(token_delay_s=0.0005, hold=None if os.environ.get("FAKE_SERVE_HOLD") == policy else set())
+    # (1 ms a token: about what a token streamed in a chunk of its own cost before the replay asked
+    # for its replies in two chunks; calibration's decode probes need a step they can tell from noise)
+    fake = FakeEngine(token_delay_s=0.001, hold=None if os.environ.get("FAKE_SERVE_HOLD") == policy else set())
     print(f"fake engine policy={policy} port={port} args={sys.argv[3:]}", flush=True)
     if os.environ.get("FAKE_SERVE_ESCAPE") == "1":
         child = subprocess.Popen(["sleep", "300"], start_new_session=True)
