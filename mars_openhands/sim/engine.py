@@ -423,7 +423,7 @@ class Engine:
 
     def _start_tools(self, jobs: list[ToolJob]) -> None:
         for j in jobs:
-            self.ema_tool_wait += TOOL_WAIT_EMA * ((j.started_s - j.submitted_s) - self.ema_tool_wait)
+            self.ema_tool_wait += TOOL_WAIT_EMA * (j.queue_wait_s - self.ema_tool_wait)
             self.events.push(j.started_s + j.duration_s, TOOL_DONE, j)
         tp = self.tools
         self._emit(CpuTelemetry(self.now, tp.in_flight, tp.workers, self.ema_tool_wait, tp.queued))
@@ -433,10 +433,10 @@ class Engine:
         started = self.tools.finish(job, now)
         self.pins.release_policy_pins(self._emit(ToolFinished(
             s.sid, now, job.name, job.duration_s, 0, job.command, job.call_id,
-            queue_wait_s=job.started_s - job.submitted_s)), now)
+            queue_wait_s=job.queue_wait_s)), now)
         if s.timings:           # (the replica that served the call runs its tool)
             last = s.timings[-1]
-            last.tool_queue_wait_s, last.tool_run_s = job.started_s - job.submitted_s, now - job.started_s
+            last.tool_queue_wait_s, last.tool_run_s = job.queue_wait_s, now - job.started_s
         self._start_tools(started)
         s.k += 1
         self._submit_turn(s)

@@ -28,6 +28,11 @@ class ToolJob:
     started_s: float = -1.0
     call_id: str = ""
 
+    @property
+    def queue_wait_s(self) -> float:
+        """How long it waited for a worker (once started)."""
+        return self.started_s - self.submitted_s
+
 
 class ToolPlane(Protocol):
     """What the engine asks of its host's tools: `ToolPool`, or a cluster replica's view of it."""

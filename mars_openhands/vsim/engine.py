@@ -275,7 +275,7 @@ class VllmEngine:
 
     def _start_tools(self, jobs: list[ToolJob]) -> None:
         for j in jobs:
-            self.ema_tool_wait += TOOL_WAIT_EMA * ((j.started_s - j.submitted_s) - self.ema_tool_wait)
+            self.ema_tool_wait += TOOL_WAIT_EMA * (j.queue_wait_s - self.ema_tool_wait)
             self.host.push(j.started_s + j.duration_s, TOOL_DONE, j)
         tp = self.tools
         self.inbox.append([CpuTelemetry(self.now, tp.in_flight, tp.workers, self.ema_tool_wait, tp.queued)])
@@ -284,9 +284,9 @@ class VllmEngine:
         s, now = cast(Session, job.session), self.now
         started = self.tools.finish(job, now)
         last = s.timings[-1]
-        last.tool_queue_wait_s, last.tool_run_s = job.started_s - job.submitted_s, now - job.started_s
+        last.tool_queue_wait_s, last.tool_run_s = job.queue_wait_s, now - job.started_s
         self.inbox.append([ToolFinished(s.sid, now, job.name, job.duration_s, 0, job.command, job.call_id,
-                                        queue_wait_s=job.started_s - job.submitted_s)])
+                                        queue_wait_s=job.queue_wait_s)])
         self._start_tools(started)
         s.k += 1
         self._submit(s)
