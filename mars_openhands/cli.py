@@ -166,7 +166,8 @@ def _out_dir(path: Path) -> Path:
 
 
 #: what `simulate` writes at the top of its folder (a sweep: one rate-R folder per rate)
-SIMULATE_WRITES = ("summary.json", "trace.jsonl", "table.md", "e2e_cdf.png", "timeline-*.png", "admission-*.jsonl",
+SIMULATE_WRITES = ("summary.json", "trace.jsonl", "turns.jsonl", "table.md", "e2e_cdf.png", "timeline-*.png",
+                   "admission-*.jsonl",
                    "routing.json", "sweep.json", "sweep.md", "latency_vs_load.png", "rate-*")
 
 
@@ -185,12 +186,13 @@ def _claim(args: argparse.Namespace) -> Path:
 def _run_point(sessions: list[SessionTrace], trace_label: str, profile_name: str, profile: Profile,
                names: list[str], args: argparse.Namespace, out: Path, run_simulation: Simulate,
                label: str = "") -> dict[str, Any]:
-    """Run every policy on `sessions`; write summary.json, trace.jsonl, table.md and plots into `out`."""
+    """Run every policy on `sessions`; write summary.json, trace.jsonl, turns.jsonl, table.md and plots
+    into `out`."""
     from tqdm import tqdm
 
     from mars_openhands import plots
     from mars_openhands.metrics import format_table, ideal_mean_e2e, stall_notes, summarize
-    from mars_openhands.results import write_admission
+    from mars_openhands.results import write_admission, write_turns
     from mars_openhands.sim.engine import SimulationError
     from mars_openhands.workload.trace import write_trace
 
@@ -220,6 +222,7 @@ def _run_point(sessions: list[SessionTrace], trace_label: str, profile_name: str
                "held_idle_s": {name: round(run.held_idle_s, 3) for name, run in runs.items()}}
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     (out / "table.md").write_text(format_table(summaries, markdown=True) + "\n")
+    write_turns(out / "turns.jsonl", runs)
     plots.e2e_cdf(runs, out / "e2e_cdf.png", title=f"E2E latency CDF{label} ({profile_name})")
     for name, run in runs.items():
         plots.timeline(run, out / f"timeline-{name}.png")

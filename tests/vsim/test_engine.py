@@ -8,7 +8,7 @@ import pytest
 from mars_openhands.cli import main
 from mars_openhands.vsim import run_vllm_simulation
 from mars_openhands.vsim.tokens import ReusingHasher
-from mars_openhands.workload.trace import write_trace
+from mars_openhands.workload.trace import read_trace, write_trace
 
 from .traces import TINY, small_trace
 
@@ -81,6 +81,16 @@ def test_simulate_engine_both_prints_and_writes_the_engines_side_by_side(tmp_pat
     assert not (tmp_path / "o" / "vllm" / "admission-fcfs.jsonl").exists()
     assert [r["t"] for r in rows] == [float(k) for k in range(len(rows))]
     assert all(r["window"] >= 1 and r["cpu_cap"] >= 1 and r["tools_in_flight"] >= 0 for r in rows)
+    # every call's timing, in bench-engine's fields: the first call's wait is the summary's
+    calls = sum(len(s.turns) for s in read_trace(trace))
+    for engine in ("sim", "vllm"):
+        turns = [json.loads(x) for x in (tmp_path / "o" / engine / "turns.jsonl").read_text().splitlines()]
+        summary = json.loads((tmp_path / "o" / engine / "summary.json").read_text())
+        for policy in ("fcfs", "mars"):
+            mine = [t for t in turns if t["policy"] == policy]
+            assert len(mine) == calls
+            first = [t["first_token_s"] - t["submitted_s"] for t in mine if t["turn"] == 0]
+            assert sum(first) / len(first) == pytest.approx(summary["policies"][policy]["first_wait_s"], abs=1e-3)
 
 
 def test_the_gate_is_sampled_every_second_with_the_state_it_held_then():
