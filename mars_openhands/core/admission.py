@@ -69,10 +69,7 @@ tokens finished calls were served beyond their new ones, at the measured prefill
 `recompute_budget` (0.15), or where W_min or more mean footprints fit resident (sessions share
 such a cache steadily whatever they recompute), sessions share the cache in time, and W_min of
 them are admitted whatever their footprints (a small cache shared by preemption beats sessions
-waiting at the door); below the budget in a cache that holds fewer than twice W_min mean
-footprints (`small_cache_shared`), K holds no new session back at all and only pauses (on the
-tiny model's 40- and 70-block caches a session's door wait cost more than the re-prefills it
-spared). Past it the cache is the bottleneck (`kv_bound`, left only once twice W_min
+waiting at the door). Past it the cache is the bottleneck (`kv_bound`, left only once twice W_min
 footprints fit or the budget holds again): K is what fits resident at once, sessions are paused
 only once their footprints pass the cache (`pause_over_cache`), the smallest first (each pause
 costs a re-prefill), and the liveness admission is priced: the head goes to an idle engine only
@@ -322,20 +319,9 @@ class AimdAdmission(Admission):
                 wait = min(wait, gap - away if away < gap else away)
         return evict * ctx.kv.block_size / max(ctx.prefill_tps, 1.0) <= wait
 
-    @property
-    def small_cache_shared(self) -> bool:
-        """The cache holds fewer than `leave_bound_fit` x W_min of the working set's mean
-        footprints and the engine recomputes within `recompute_budget`: sessions share it by
-        preemption, which costs the engine less than a new session's wait at the door."""
-        cfg = self.config
-        return self.recompute_share <= cfg.recompute_budget and self.sessions_fit < cfg.leave_bound_fit * cfg.w_min
-
     def _kv_room(self) -> float:
-        """Blocks of footprint the KV window admits on top of the working set: inf when off, or
-        while a small cache is shared by preemption (the window then only pauses)."""
-        if not self.config.kv_window or self.small_cache_shared:
-            return math.inf
-        return self.kv.admit_blocks - self.working_set.blocks
+        """Blocks of footprint the KV window admits on top of the working set (inf when off)."""
+        return self.kv.admit_blocks - self.working_set.blocks if self.config.kv_window else math.inf
 
     def _overdue_head(self, backlog: Sequence[Session], ctx: PolicyContext) -> list[Session]:
         """The oldest new session past the balancer's tail bar, if its first prefill fits the KV

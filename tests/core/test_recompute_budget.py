@@ -123,28 +123,3 @@ def test_once_the_cache_is_the_bottleneck_it_stays_so_until_twice_w_min_footprin
     assert fit_after(a, ctx, ss, 2000) == 7.2 and a.kv_bound      # between W_min and 2 x W_min: stays
     assert fit_after(a, ctx, ss, 1000) > 8 and not a.kv_bound     # past 2 x W_min: leaves
     assert fit_after(a, ctx, ss, 2000) == 7.2 and not a.kv_bound  # and enters again only below W_min
-
-
-def test_a_small_cache_shared_cheaply_holds_no_new_session_back_but_still_pauses():
-    """Below the recompute budget, in a cache that holds fewer than 2 x W_min mean footprints, a
-    new session past the window's room is admitted (its wait at the door would cost more than
-    the re-prefills), and held once the engine recomputes; either way the window still pauses
-    the youngest once the working set outgrows it. A cache that holds many footprints keeps the
-    window at the door (the matrix's H200 cells)."""
-    for recomputing, admits in ((False, ["new"]), (True, [])):
-        a, ctx = AimdAdmission(AimdConfig(w_init=50)), ctx_with(total=1000)
-        admitted(a, ctx, {f"s{i}": 3000 for i in range(4)}, engaged=True)   # 4 x 188 blocks, all engaged
-        run_ticks(a, ctx, 20.0, recomputing)
-        assert a.small_cache_shared is not recomputing and not a.kv_bound  # 4.8 footprints fit: shared
-        new = Session("new", 0.0, 4000, prompt_tokens=4000, admitted_s=30.0)   # 250 blocks: 1,002 > 900
-        assert [s.session_id for s in a.select([new], ctx)] == admits
-        if admits:
-            new.admitted, new.holds_slot = True, True
-            ctx.sessions["new"] = new
-            a.tick(ctx)
-            assert a.suspend(new, ctx)        # the youngest, at its next turn boundary
-    a, ctx = AimdAdmission(AimdConfig(w_init=50)), ctx_with(total=1000)
-    admitted(a, ctx, {f"s{i}": 1000 for i in range(4)}, engaged=True)       # 4 x 63 blocks: 14.3 fit
-    run_ticks(a, ctx, 20.0, recomputing=False)
-    assert not a.small_cache_shared
-    assert a.select([Session("big", 0.0, 12000, prompt_tokens=12000)], ctx) == []   # 750 blocks: 1,002 > 900
