@@ -167,8 +167,7 @@ def _out_dir(path: Path) -> Path:
 
 #: what `simulate` writes at the top of its folder (a sweep: one rate-R folder per rate)
 SIMULATE_WRITES = ("summary.json", "trace.jsonl", "turns.jsonl", "table.md", "e2e_cdf.png", "timeline-*.png",
-                   "admission-*.jsonl",
-                   "routing.json", "sweep.json", "sweep.md", "latency_vs_load.png", "rate-*")
+                   "admission-*.jsonl", "routing.json", "sweep.json", "sweep.md", "latency_vs_load.png", "rate-*")
 
 
 def _claim(args: argparse.Namespace) -> Path:

@@ -70,17 +70,20 @@ def admission_sample(t: float, stats: dict[str, Any] | None) -> dict[str, Any] |
             "admitted_sessions": stats.get("admitted_sessions")}
 
 
+def timing_row(policy: str, t: TurnTiming) -> dict[str, Any]:
+    """One `turns.jsonl` row's timing fields, alike in `simulate` and `bench-engine`, so a prediction
+    and a measurement compare call by call."""
+    return {"policy": policy, "session_id": t.session_id, "turn": t.turn, "submitted_s": round(t.submitted_s, 4),
+            "first_token_s": round(t.first_token_s, 4), "finished_s": round(t.finished_s, 4),
+            "tool_queue_wait_s": round(t.tool_queue_wait_s, 4), "tool_run_s": round(t.tool_run_s, 4)}
+
+
 def write_turns(path: Path, runs: dict[str, RunResult]) -> None:
-    """`turns.jsonl`: one row per call and the tool after it, each policy's in turn, with the fields
-    `bench-engine`'s rows carry for them, so a prediction and a measurement compare call by call."""
+    """`turns.jsonl`: one row per call and the tool after it, each policy's in turn (`timing_row`)."""
     with path.open("w") as f:
         for policy, run in runs.items():
             for t in run.turns:
-                f.write(json.dumps({"policy": policy, "session_id": t.session_id, "turn": t.turn,
-                                    "submitted_s": round(t.submitted_s, 4), "first_token_s": round(t.first_token_s, 4),
-                                    "finished_s": round(t.finished_s, 4),
-                                    "tool_queue_wait_s": round(t.tool_queue_wait_s, 4),
-                                    "tool_run_s": round(t.tool_run_s, 4)}) + "\n")
+                f.write(json.dumps(timing_row(policy, t)) + "\n")
 
 
 def write_admission(path: Path, samples: list[dict[str, Any]]) -> None:

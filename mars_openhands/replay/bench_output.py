@@ -18,7 +18,7 @@ from mars_openhands.replay.accounting import account
 from mars_openhands.replay.client import ReplayOutcome, StatsDoc, stat_value
 from mars_openhands.replay.engine import CacheConfig
 from mars_openhands.replay.engine_costs import EngineCosts, Samples
-from mars_openhands.results import RunResult, SessionResult, TurnTiming
+from mars_openhands.results import RunResult, SessionResult, TurnTiming, timing_row
 from mars_openhands.sim.profiles import Profile
 from mars_openhands.sim.routing import EVENT_MODES
 from mars_openhands.workload.prompts import TurnShape
@@ -95,12 +95,11 @@ def turn_rows(policy: str, outcome: ReplayOutcome) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for rec in outcome.sessions:
         for tr in rec.turns:
-            rows.append({"policy": policy, "session_id": rec.session_id, "turn": tr.turn_index,
-                         "submitted_s": round(tr.submitted_s, 4), "first_token_s": round(tr.first_token_s, 4),
-                         "finished_s": round(tr.finished_s, 4), "prompt_tokens": tr.shape.prompt_tokens,
+            timing = TurnTiming(rec.session_id, tr.turn_index, tr.submitted_s, tr.first_token_s, tr.finished_s,
+                                tr.tool_queue_wait_s, tr.tool_run_s)
+            rows.append({**timing_row(policy, timing), "prompt_tokens": tr.shape.prompt_tokens,
                          "reusable_tokens": tr.shape.reusable_tokens, "output_tokens": tr.shape.output_tokens,
-                         "cached_tokens": tr.cached_tokens, "tool_queue_wait_s": round(tr.tool_queue_wait_s, 4),
-                         "tool_run_s": round(tr.tool_run_s, 4)})
+                         "cached_tokens": tr.cached_tokens})
         if rec.error:
             rows.append({"policy": policy, "session_id": rec.session_id, "error": rec.error})
     return rows
