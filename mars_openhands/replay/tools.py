@@ -18,7 +18,8 @@ the call still ends at its deadline.
 The spinning processes are started ahead of the calls and serve one call after another: starting a
 Python process on the busy tool core took 0.3-1 s, so a 12 ms file edit ran for 0.33-0.40 s on the
 2-core host, every call of a trace ran longer than it says, and the simulators, which run the trace's
-durations, were judged against another workload.
+durations, were judged against another workload. A call that finds none ready does not wait for a
+start past its deadline either: it ends on time, without the load, and the spinner joins the ready.
 """
 from __future__ import annotations
 
@@ -148,8 +149,11 @@ class ToolPool:
             task.add_done_callback(self._starting.discard)
 
     async def _start_ready(self) -> None:
-        p = await self._spawn()
-        # (a slow start may end after a many-core call gave its spinners back: the cap holds then too)
+        await self._keep(await self._spawn())
+
+    async def _keep(self, p: asyncio.subprocess.Process) -> None:
+        """A started spinner joins the ready ones, unless the pool closed or holds its cap (a slow
+        start may end after a many-core call gave its spinners back)."""
         if self._closed or len(self._ready) >= MAX_READY_PER_WORKER * self.workers:
             await self._kill([p])
         else:
@@ -189,10 +193,7 @@ class ToolPool:
         if line != b"done\n":
             return await p.wait() or 1
         self._procs.discard(p)
-        if self._closed or len(self._ready) >= MAX_READY_PER_WORKER * self.workers:
-            await self._kill([p])
-        else:
-            self._ready.append(p)
+        await self._keep(p)
         return 0
 
     async def _settle(self, p: asyncio.subprocess.Process, answer: asyncio.Future[bytes]) -> None:
@@ -202,15 +203,46 @@ class ToolPool:
         finally:
             self._late.discard(p)
 
-    async def _spinner(self) -> asyncio.subprocess.Process:
-        """A ready spinner if one is alive, else one started now; ready ones are replaced."""
+    def _take_ready(self) -> asyncio.subprocess.Process | None:
+        """A ready spinner if one is alive (None: none is); the ready ones are replaced."""
         while self._ready:
             p = self._ready.popleft()
             if p.returncode is None:
                 self._refill()
                 return p
         self._refill()
-        return await self._spawn()
+        return None
+
+    async def _share(self, deadline: float, duty: float, procs: list[asyncio.subprocess.Process]) -> int:
+        """One share of a call: spin on a ready spinner, or on one started now if it starts before
+        the deadline (`_spin`). A start that ends past it does not delay the call: the trace's
+        duration is the call's (a start took 0.5-1.5 s on the busy tool core at point B, and a
+        3 ms call held a worker that long), and the late spinner joins the ready ones."""
+        p = self._take_ready()
+        if p is None:
+            start = asyncio.ensure_future(self._spawn())
+            try:
+                left = deadline + ANSWER_GRACE_S - time.time()
+                if left > 0:
+                    await asyncio.wait((start,), timeout=left)
+            except BaseException:
+                self._adopt(start)       # (cancelled: the start is not, and must not leak)
+                raise
+            if not start.done():
+                self._adopt(start)
+                return 0
+            p = start.result()
+        procs.append(p)
+        self._procs.add(p)
+        return await self._spin(p, deadline, duty)
+
+    def _adopt(self, start: asyncio.Future[asyncio.subprocess.Process]) -> None:
+        """A spinner start no call waits for any more: ready once started (reaped if closed)."""
+        async def ready() -> None:
+            await self._keep(await start)
+        task = asyncio.get_running_loop().create_task(ready())
+        self._starting.add(task)
+        task.add_done_callback(self._starting.discard)
 
     async def _acquire(self, share: float, joined: Callable[[], None]) -> None:
         """Take `share` of a worker (counted as running) or wait for it in FIFO order; `joined` is
@@ -274,13 +306,7 @@ class ToolPool:
         procs: list[asyncio.subprocess.Process] = []
         try:
             deadline = time.time() + duration_s
-            shares = _core_shares(cpu_cores)
-            for _ in shares:
-                p = await self._spinner()
-                procs.append(p)
-                self._procs.add(p)
-            codes = await asyncio.gather(*(self._spin(p, deadline, duty)
-                                           for p, duty in zip(procs, shares, strict=True)))
+            codes = await asyncio.gather(*(self._share(deadline, duty, procs) for duty in _core_shares(cpu_cores)))
             finished = time.monotonic()
             status = next((c for c in codes if c != 0), 0)
             return ToolRun(queue_wait_s=started - submitted, run_s=finished - started, exit_status=status)

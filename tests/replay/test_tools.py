@@ -283,6 +283,52 @@ def test_a_call_ends_at_its_deadline_though_its_spinner_cannot_run_to_say_so():
     assert ready and second.exit_status == 0 and left == []
 
 
+def _slow_starts(pool: ToolPool, delay_s: float) -> list[int]:
+    """Make every spinner start take `delay_s` (a busy tool core); returns the pids started."""
+    spawn, started = pool._spawn, []
+
+    async def slow():
+        await asyncio.sleep(delay_s)
+        p = await spawn()
+        started.append(p.pid)
+        return p
+    pool._spawn = slow
+    return started
+
+
+def test_a_call_that_finds_no_spinner_ready_still_ends_at_its_deadline():
+    """A spinner start took 0.5-1.5 s on the busy tool core at point B, and a 3 ms call held its
+    worker that long: the trace's duration is the call's, and the late spinner serves later calls."""
+    async def main():
+        pool = ToolPool(workers=1)
+        started = _slow_starts(pool, 0.6)
+        first = await pool.run(0.05, 1.0)
+        await asyncio.sleep(1.0)                  # the starts under way end
+        ready = pool.ready_pids()
+        second = await pool.run(0.05, 1.0)        # a ready spinner now: it spins
+        await pool.close()
+        return first, ready, started, second
+    first, ready, started, second = asyncio.run(main())
+    assert 0.05 <= first.run_s < 0.3 and first.exit_status == 0
+    assert ready and set(ready) <= set(started) and second.exit_status == 0
+    assert not any(_alive(p) for p in started)
+
+
+def test_a_call_cancelled_while_its_spinner_starts_leaves_nothing_behind():
+    async def main():
+        pool = ToolPool(workers=1)
+        started = _slow_starts(pool, 0.4)
+        task = asyncio.create_task(pool.run(5.0, 1.0))
+        await asyncio.sleep(0.1)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await pool.close()                        # waits for the starts, then reaps them
+        return started
+    started = asyncio.run(main())
+    assert started and not any(_alive(p) for p in started)
+
+
 def test_cancel_kills_children_and_frees_the_worker():
     async def main():
         pool = ToolPool(workers=1)
