@@ -34,7 +34,9 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Coroutine, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -58,7 +60,7 @@ from mars_openhands.replay.bench_output import (
     turn_rows,
 )
 from mars_openhands.replay.client import ReplayConfig, Replayer
-from mars_openhands.replay.cores import CoreSplit
+from mars_openhands.replay.cores import CoreSplit, client_first
 from mars_openhands.replay.engine import CacheConfig, EngineClient
 from mars_openhands.replay.engine_costs import EngineCosts, ProbePlan, Samples, calibrate, fit_problems
 from mars_openhands.replay.replicas import (
@@ -328,6 +330,12 @@ async def _calibrate(server: EngineServer, plan: BenchPlan, reps: int, bar: tqdm
     return Calibration(cache, samples, costs, fit_problems(samples, costs))
 
 
+@cache
+def _client_not_first() -> None:
+    print("mars-openhands bench-engine: note: the replay client could not take the lead over the engine's "
+          "processes (no autogroup, or no CAP_SYS_NICE): on a busy host its calls may run late", file=sys.stderr)
+
+
 async def _replay(server: EngineServer, plan: BenchPlan, args: argparse.Namespace, bar: tqdm) -> PolicyRun:
     engine = await _client(server)
     pool = ToolPool(args.tool_workers, cores=plan.cores.tools if plan.cores else None)
@@ -337,7 +345,10 @@ async def _replay(server: EngineServer, plan: BenchPlan, args: argparse.Namespac
                               events=args.events, stall_after_s=args.stall_after)
         replayer = Replayer(engine, pool, plan.space, config, on_turn=lambda *_: bar.update(1))
         await pool.warm()
-        outcome = await replayer.run(plan.sessions)
+        with client_first() if plan.cores else nullcontext(True) as first:
+            if not first:
+                _client_not_first()
+            outcome = await replayer.run(plan.sessions)
         after, stats = await engine.metrics(), await engine.stats()
         return PolicyRun(outcome, before, after, stats)
     finally:
