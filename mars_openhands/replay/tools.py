@@ -30,8 +30,9 @@ import signal
 import sys
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
+from typing import Any
 
 from mars_openhands.workload.trace import worker_share
 
@@ -149,9 +150,13 @@ class ToolPool:
 
     def _refill(self) -> None:
         for _ in range(self.workers - len(self._ready) - len(self._starting)):
-            task = asyncio.get_running_loop().create_task(self._start_ready())
-            self._starting.add(task)
-            task.add_done_callback(self._starting.discard)
+            self._track_start(self._start_ready())
+
+    def _track_start(self, start: Coroutine[Any, Any, None]) -> None:
+        """Run a spinner start as a task `close` waits for."""
+        task = asyncio.get_running_loop().create_task(start)
+        self._starting.add(task)
+        task.add_done_callback(self._starting.discard)
 
     async def _start_ready(self) -> None:
         await self._keep(await self._spawn())
@@ -221,8 +226,8 @@ class ToolPool:
     async def _share(self, deadline: float, duty: float, procs: list[asyncio.subprocess.Process]) -> int:
         """One share of a call: spin on a ready spinner, or on one started now if it starts before
         the deadline (`_spin`). A start that ends past it does not delay the call: the trace's
-        duration is the call's (a start took 0.5-1.5 s on the busy tool core at point B, and a
-        3 ms call held a worker that long), and the late spinner joins the ready ones."""
+        duration is the call's (a start took up to 0.75 s on the busy tool core at point B), and
+        the late spinner joins the ready ones."""
         p = self._take_ready()
         if p is None:
             start = asyncio.ensure_future(self._spawn())
@@ -245,9 +250,7 @@ class ToolPool:
         """A spinner start no call waits for any more: ready once started (reaped if closed)."""
         async def ready() -> None:
             await self._keep(await start)
-        task = asyncio.get_running_loop().create_task(ready())
-        self._starting.add(task)
-        task.add_done_callback(self._starting.discard)
+        self._track_start(ready())
 
     async def _acquire(self, share: float, joined: Callable[[], None]) -> None:
         """Take `share` of a worker (counted as running) or wait for it in FIFO order; `joined` is
