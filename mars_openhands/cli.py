@@ -165,9 +165,11 @@ def _out_dir(path: Path) -> Path:
     return path
 
 
-#: what `simulate` writes at the top of its folder (a sweep: one rate-R folder per rate)
+#: what `simulate` writes at the top of its folder (a sweep: one rate-R folder per rate; `--engine both`:
+#: one folder per engine and their comparison)
 SIMULATE_WRITES = ("summary.json", "trace.jsonl", "turns.jsonl", "table.md", "e2e_cdf.png", "timeline-*.png",
-                   "admission-*.jsonl", "routing.json", "sweep.json", "sweep.md", "latency_vs_load.png", "rate-*")
+                   "admission-*.jsonl", "routing.json", "sweep.json", "sweep.md", "latency_vs_load.png", "rate-*",
+                   "sim", "vllm", "engines.json", "engines.md")
 
 
 def _claim(args: argparse.Namespace) -> Path:

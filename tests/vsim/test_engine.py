@@ -91,6 +91,12 @@ def test_simulate_engine_both_prints_and_writes_the_engines_side_by_side(tmp_pat
             assert len(mine) == calls
             first = [t["first_token_s"] - t["submitted_s"] for t in mine if t["turn"] == 0]
             assert sum(first) / len(first) == pytest.approx(summary["policies"][policy]["first_wait_s"], abs=1e-3)
+    # the folder is one simulate run's: --replace takes it, and an unknown name still stops it
+    again = ["simulate", "--trace", str(trace), "--profile", str(prof), "--policies", "fcfs", "--engine", "both",
+             "--out", str(tmp_path / "o"), "--replace"]
+    assert main(again) == 0 and not (tmp_path / "o" / "vllm" / "admission-mars.jsonl").exists()
+    (tmp_path / "o" / "notes.txt").write_text("mine")
+    assert main(again) == 2 and "notes.txt" in capsys.readouterr().err
 
 
 def test_the_gate_is_sampled_every_second_with_the_state_it_held_then():
