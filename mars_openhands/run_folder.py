@@ -134,8 +134,11 @@ def check_replaceable(folder: Path, current: RunSpec) -> None:
                 f"{flag('--out', 'DIR')})") if runs else ""
         raise RunFolderError(f"{flag('--replace')}: {folder} is not a run's folder (no {RUN_FILE}){held}; "
                              "nothing is deleted")
-    writes = spec.writes or current.writes
-    parts = spec.parts if spec.writes else current.parts
+    # what the folder's run recorded it writes; for the same command, also what it writes now (a
+    # folder of an older version that wrote a name it did not yet record is still its own)
+    same = spec.command == current.command
+    writes = (*spec.writes, *current.writes) if same else spec.writes or current.writes
+    parts = (*spec.parts, *current.parts) if same else spec.parts if spec.writes else current.parts
     foreign: list[str] = []
     for entry in sorted(folder.iterdir()):
         name = entry.name

@@ -91,6 +91,18 @@ def test_replace_refuses_what_the_run_did_not_write_and_names_it(tmp_path):
     assert (d / "notes.txt").read_text() == "mine" and (d / "grades.jsonl").is_file()
 
 
+def test_replace_takes_what_a_newer_version_of_the_same_command_writes(tmp_path):
+    d = tmp_path / "r"
+    claim(d, spec())
+    (d / "grades.jsonl").write_text("x\n")
+    (d / "report.md").write_text("r")      # written by this command's newer version, not recorded
+    newer = RunSpec("grading", spec().identity, inputs=("predictions",), writes=("grades.jsonl", "logs", "report.md"))
+    other = RunSpec("demo", spec().identity, writes=("report.md",))
+    with pytest.raises(RunFolderError, match=r"what no grading run writes: report.md"):
+        claim(d, other, replace=True)       # another command's names are not this folder's
+    assert claim(d, newer, replace=True) is False and sorted(p.name for p in d.iterdir()) == ["run.json"]
+
+
 def test_a_run_s_own_parts_are_deleted_with_it(tmp_path):
     demo = RunSpec("demo", {"policies": ["mars", "fcfs"]}, writes=("report.md",), parts=("mars", "fcfs"))
     d = tmp_path / "demo"
