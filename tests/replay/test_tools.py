@@ -137,7 +137,7 @@ def test_a_call_holds_one_worker_or_the_fraction_its_cores_name():
     (a, b), counts, (build, edit, late), gap = asyncio.run(main())
     assert a.queue_wait_s < 0.05 and b.queue_wait_s < 0.05
     assert counts == (2, 1)
-    # the late call waits for the edit's worker: until the edit ends, measured from its own start
+    # the late call waits for the edit's worker: until the edit ends, counted from its own send
     assert edit.queue_wait_s < 0.05 and late.queue_wait_s >= edit.run_s - gap - 0.02
 
 
