@@ -136,9 +136,12 @@ def check_replaceable(folder: Path, current: RunSpec) -> None:
                              "nothing is deleted")
     # what the folder's run recorded it writes; for the same command, also what it writes now (a
     # folder of an older version that wrote a name it did not yet record is still its own)
-    same = spec.command == current.command
-    writes = (*spec.writes, *current.writes) if same else spec.writes or current.writes
-    parts = (*spec.parts, *current.parts) if same else spec.parts if spec.writes else current.parts
+    if spec.command == current.command:
+        writes, parts = (*spec.writes, *current.writes), (*spec.parts, *current.parts)
+    elif spec.writes:
+        writes, parts = spec.writes, spec.parts
+    else:
+        writes, parts = current.writes, current.parts
     foreign: list[str] = []
     for entry in sorted(folder.iterdir()):
         name = entry.name
