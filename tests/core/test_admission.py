@@ -209,11 +209,20 @@ def test_fcfs_when_pressure_is_low_and_the_whole_backlog_fits():
 
 def test_cpu_overload_admits_largest_first_otherwise_smallest_first():
     lb, ctx = LoadBalancer(), ctx_with()
-    backlog = sessions(3000, 9000, 1000, 6000)
+    backlog = sessions(3000, 9000, 1000, 40_000)           # size classes 1, 2, 0, 3
     hot = Pressure(cpu_overloaded=True, cpu_healthy=False, budget_blocks=9000)
-    assert ids(lb.select(backlog, 2, hot, ctx)) == ["s1", "s3"] and lb.mode == "largest-first"
+    assert ids(lb.select(backlog, 2, hot, ctx)) == ["s3", "s1"] and lb.mode == "largest-first"
     kv = Pressure(kv_overloaded=True, kv_usage=0.9, budget_blocks=9000)
     assert ids(lb.select(backlog, 2, kv, ctx)) == ["s2", "s0"] and lb.mode == "smallest-first"
+
+
+def test_sizes_are_compared_by_class_and_a_class_goes_in_arrival_order():
+    lb, ctx = LoadBalancer(), ctx_with()
+    backlog = sessions(1900, 1200, 1500, 5000)             # three of class 0 (<= 2048 tokens), one of 1
+    kv = Pressure(kv_overloaded=True, kv_usage=0.9, budget_blocks=9000)
+    assert ids(lb.select(backlog, 3, kv, ctx)) == ["s0", "s1", "s2"] and lb.mode == "smallest-first"
+    hot = Pressure(cpu_overloaded=True, cpu_healthy=False, budget_blocks=9000)
+    assert ids(lb.select(backlog, 2, hot, ctx)) == ["s3", "s0"] and lb.mode == "largest-first"
 
 
 def test_every_admission_must_fit_the_kv_budget():
