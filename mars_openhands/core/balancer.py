@@ -11,7 +11,7 @@ from operator import attrgetter
 from mars_openhands.core.aimd_config import AimdConfig
 from mars_openhands.core.context import PolicyContext
 from mars_openhands.core.model import Session
-from mars_openhands.core.ordering import size_level
+from mars_openhands.core.ordering import LEVEL_BOUNDS, size_level
 
 #: Backlog sort keys (C getters: the balancer sorts the whole backlog).
 _BY_ARRIVAL = attrgetter("first_arrival_s")
@@ -46,7 +46,8 @@ class LoadBalancer:
       backlog fits the free slots and the KV budget;
     - CPU overloaded: largest estimated first prefill first (GPU-heavy sessions add no tool load);
     - otherwise (normal or KV pressure): smallest first prefill first.
-    Sizes are compared by class, the MLFQ level of the first prefill (<= 2k, 8k, 32k tokens, more),
+    Sizes are compared by class, the MLFQ level of the first prefill (`size_bounds`, the MLFQ's level
+    bounds: by default <= 2k, 8k, 32k tokens, more),
     and a class goes in arrival order (ours): within a class a prefill's size says nothing of how
     long the session runs, and ordering by it only reorders the door, so the sessions in the middle
     of the range wait for both ends and make the p95 (point B: the 22-turn session's 1,448-token
@@ -68,8 +69,11 @@ class LoadBalancer:
     in arrival order, no session long.
     """
 
-    def __init__(self, config: AimdConfig | None = None, *, pressure_aware: bool = True) -> None:
+    def __init__(self, config: AimdConfig | None = None, *, pressure_aware: bool = True,
+                 size_bounds: Sequence[int] = LEVEL_BOUNDS) -> None:
         config = self.config = config if config is not None else AimdConfig()
+        #: The size classes' upper bounds in tokens: the MLFQ's level bounds (`MlfqConfig`).
+        self._size_bounds = tuple(size_bounds)
         #: Off (an ablation): arrival order, paused sessions first, and no long-session gate.
         self.pressure_aware = pressure_aware
         self._long_tokens = config.long_prefill_tokens if pressure_aware else math.inf
@@ -188,8 +192,8 @@ class LoadBalancer:
         key = (self.mode, tuple(new))
         if self._size_order is not None and self._size_order[0] == key:
             return self._size_order[1], self._size_order[2]
-        sign = -1 if self.mode == "largest-first" else 1
-        new = sorted(new, key=lambda s: (sign * size_level(s.first_prompt_tokens), s.first_arrival_s))
+        sign, bounds = (-1 if self.mode == "largest-first" else 1), self._size_bounds
+        new = sorted(new, key=lambda s: (sign * size_level(s.first_prompt_tokens, bounds), s.first_arrival_s))
         long = [s for s in new if s.first_prompt_tokens > self._long_tokens]
         self._size_order = (key, new, long)
         return new, long

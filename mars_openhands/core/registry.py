@@ -179,7 +179,8 @@ def _mars(name: str, *, priority: bool = True, admission: bool = True, retention
         else:
             ordering, victim = FcfsOrdering(), NewestVictim()
         if admission and windows:
-            control = AimdAdmission(aimd, LoadBalancer(aimd, pressure_aware=balancer))
+            control = AimdAdmission(aimd, LoadBalancer(aimd, pressure_aware=balancer,
+                                                      size_bounds=cfg.mlfq.level_bounds))
         elif admission:
             control = ThunderAgentAdmission(cfg.thunderagent)
         return _policy(name, shape, cfg, ordering, ShrinkToRoom() if chunk_shrink else NoShrink(),

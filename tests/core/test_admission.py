@@ -225,6 +225,13 @@ def test_sizes_are_compared_by_class_and_a_class_goes_in_arrival_order():
     assert ids(lb.select(backlog, 2, hot, ctx)) == ["s3", "s0"] and lb.mode == "largest-first"
 
 
+def test_the_size_classes_are_the_mlfq_level_bounds_it_is_given():
+    lb, ctx = LoadBalancer(size_bounds=(1400,)), ctx_with()
+    backlog = sessions(1900, 1200, 1500, 1300)             # classes 1, 0, 1, 0 with a 1,400-token bound
+    kv = Pressure(kv_overloaded=True, kv_usage=0.9, budget_blocks=9000)
+    assert ids(lb.select(backlog, 3, kv, ctx)) == ["s1", "s3", "s0"]
+
+
 def test_every_admission_must_fit_the_kv_budget():
     lb, ctx = LoadBalancer(), ctx_with()
     backlog = sessions(16_000, 3200, 1600)                  # 1000, 200, 100 blocks
