@@ -47,11 +47,11 @@ class LoadBalancer:
     - CPU overloaded: largest estimated first prefill first (GPU-heavy sessions add no tool load);
     - otherwise (normal or KV pressure): smallest first prefill first.
     Sizes are compared by class, the MLFQ level of the first prefill (`size_bounds`, the MLFQ's level
-    bounds: by default <= 2k, 8k, 32k tokens, more),
-    and a class goes in arrival order (ours): within a class a prefill's size says nothing of how
-    long the session runs, and ordering by it only reorders the door, so the sessions in the middle
-    of the range wait for both ends and make the p95 (point B: the 22-turn session's 1,448-token
-    prompt waited 10 s while 1,211-1,352-token ones went first).
+    bounds: by default <= 2k, 8k, 32k tokens, more), and a class goes in arrival order (ours):
+    within a class a prefill's size says nothing of how long the session runs, and ordering by it
+    only reorders the door, so the sessions in the middle of the range wait for both ends and make
+    the p95 (point B: the 22-turn session's 1,448-token prompt waited 10 s while 1,211-1,352-token
+    ones went first).
     Every admission must fit the KV budget (blocks of its next prefill; blocks only pins hold
     count as free: pins are revocable). A "long" new session (first prefill > 50k tokens) is
     admitted only when no short session in the backlog has waited >= max(0.2, min(5, 1 / arrival
