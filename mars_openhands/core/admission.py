@@ -70,7 +70,8 @@ tokens finished calls were served beyond their new ones, at the measured prefill
 such a cache steadily whatever they recompute), sessions share the cache in time, and W_min of
 them are admitted whatever their footprints (a small cache shared by preemption beats sessions
 waiting at the door). Past it the cache is the bottleneck (`kv_bound`, left only once twice W_min
-footprints fit or the budget holds again): K is what fits resident at once, sessions are paused
+footprints fit, each session counted at least at the mean footprint that ended sessions reached,
+or the budget holds again): K is what fits resident at once, sessions are paused
 only once their footprints pass the cache (`pause_over_cache`), the smallest first (each pause
 costs a re-prefill), and the liveness admission is priced: the head goes to an idle engine only
 if it fits beside the working set or re-prefilling what it evicts takes less than the expected
@@ -174,7 +175,14 @@ class AimdAdmission(Admission):
         busy = recomputed / max(ctx.prefill_tps, 1.0) / cfg.interval_s
         self.recompute_share += cfg.interval_s / cfg.recompute_window_s * (busy - self.recompute_share)
         ws.refresh(ctx)
-        self.sessions_fit = self.resident_blocks(ctx) * len(ws.sessions) / ws.blocks if ws.blocks else math.inf
+        n, blocks, grown = len(ws.sessions), ws.blocks, ws.grown_blocks()
+        if self._kv_bound and grown is not None:
+            # Leaving counts each session at least at what ended sessions grew to: contexts grow
+            # turn by turn, and a working set of sessions admitted a few turns ago fits the cache
+            # only until they grow (it lifted the bound and re-thrashed the cache each time a large
+            # session ended: SWE-agent on the H100).
+            blocks = max(blocks, round(n * grown))
+        self.sessions_fit = self.resident_blocks(ctx) * n / blocks if blocks else math.inf
         # (entered below W_min footprints, left only past `leave_bound_fit` x W_min: each pause and
         # return moves the fit across W_min, and flipping the rule with it thrashes the cache)
         fit_bar = cfg.w_min * (cfg.leave_bound_fit if self._kv_bound else 1.0)

@@ -45,6 +45,10 @@ class WorkingSet:
     engaged_blocks: int = 0
     in_engine: int = 0
     in_tools: int = 0
+    #: Sessions that ended while admitted, and the footprints they had then: what a session grows
+    #: to (`grown_blocks`), where the sessions admitted now may still be small.
+    ended: int = 0
+    ended_blocks: int = 0
     #: `youngest_first`, kept until a session joins or leaves (ticks read it far more often)
     _youngest: list[Session] | None = field(default=None, repr=False)
 
@@ -66,11 +70,14 @@ class WorkingSet:
         growth, block_size, known = round(ctx.turn_growth_tokens), ctx.kv.block_size, ctx.sessions
         blocks = engaged_blocks = in_engine = in_tools = 0
         for sid, s in self.sessions.items():
-            if not (s.holds_slot and not s.ended and known.get(sid) is s):
-                gone.append(sid)
-                continue
             c, p = s.context_tokens, s.prompt_tokens     # (`footprints`, inlined: per tick)
             fp = -(-((c if c > p else p) + growth) // block_size)
+            if not (s.holds_slot and not s.ended and known.get(sid) is s):
+                gone.append(sid)
+                if s.ended:
+                    self.ended += 1
+                    self.ended_blocks += fp
+                continue
             blocks += fp
             if s.turns > s.turns_finished:
                 engaged_blocks += fp
@@ -82,6 +89,10 @@ class WorkingSet:
                 del self.sessions[sid]
             self._youngest = None
         self.blocks, self.engaged_blocks, self.in_engine, self.in_tools = blocks, engaged_blocks, in_engine, in_tools
+
+    def grown_blocks(self) -> float | None:
+        """The mean footprint of the sessions that ended while admitted (None before the first)."""
+        return self.ended_blocks / self.ended if self.ended else None
 
     def youngest_first(self) -> list[Session]:
         """Every session but the oldest, youngest (latest admitted, then latest arrived) first,

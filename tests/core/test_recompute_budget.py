@@ -123,3 +123,24 @@ def test_once_the_cache_is_the_bottleneck_it_stays_so_until_twice_w_min_footprin
     assert fit_after(a, ctx, ss, 2000) == 7.2 and a.kv_bound      # between W_min and 2 x W_min: stays
     assert fit_after(a, ctx, ss, 1000) > 8 and not a.kv_bound     # past 2 x W_min: leaves
     assert fit_after(a, ctx, ss, 2000) == 7.2 and not a.kv_bound  # and enters again only below W_min
+
+
+def test_leaving_the_bound_counts_each_session_at_what_ended_sessions_grew_to():
+    """Contexts grow turn by turn: when a large session ends and small new ones are left, the fit
+    of their current footprints says the cache is free again, and sharing it would thrash it again
+    once they grow. Leaving reads them at the mean footprint the ended sessions reached."""
+    def after_the_end(ended_tokens: int) -> AimdAdmission:
+        a, ctx = AimdAdmission(AimdConfig(w_init=50)), ctx_with(total=1000)
+        ss = admitted(a, ctx, {"s0": 4000, "s1": 4000, "s2": 4000}, engaged=True)   # 3.6 fit
+        run_ticks(a, ctx, 20.0, recomputing=True)
+        assert a.kv_bound
+        ss["s0"].context_tokens = ss["s0"].prompt_tokens = ended_tokens
+        ss["s0"].ended = True
+        for s in (ss["s1"], ss["s2"]):
+            s.context_tokens = s.prompt_tokens = 800                  # 50 blocks each: 36 would fit
+        run_ticks(a, ctx, 1.0, recomputing=True)
+        return a
+    stays = after_the_end(4000)                 # the ended session grew to 250 blocks
+    assert stays.working_set.grown_blocks() == 250 and stays.kv_bound and stays.sessions_fit == 3.6
+    leaves = after_the_end(800)                 # it ended as small as the others are now
+    assert leaves.working_set.grown_blocks() == 50 and not leaves.kv_bound
