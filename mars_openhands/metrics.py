@@ -128,7 +128,7 @@ _COLUMNS = (  # header, summary key or ratio key, format
     ("makespan s", "makespan_s", "{:.0f}"), ("preempt", "preemptions", "{:d}"),
     ("recomp tok", "recomputed_prefill_tokens", "{:d}"), ("pin blk-s", "pinned_block_seconds", "{:.0f}"),
     ("held idle s", "held_idle_s", "{:.1f}"), ("held idle %", "held_idle_share", "{:.1%}"),
-    ("sched us/step", "scheduler_us_per_step", "{:.0f}"),
+    ("sched us/step", "scheduler_us_per_step", "{:.0f}"), ("engine busy s", "engine_busy_s", "{:.1f}"),
     ("x fcfs", "mean_vs_fcfs", "{:.2f}x"), ("x best", "mean_vs_best", "{:.2f}x"),
     ("p95 x best", "p95_vs_best", "{:.2f}x"),
 )

@@ -99,3 +99,13 @@ def test_the_scheduler_time_column_appears_only_where_measured():
                              format_table(measured, markdown=True).splitlines())
     col = header.index("sched us/step")
     assert (fcfs[col], mars[col]) == ("412", "-")
+
+
+def test_the_engine_busy_column_appears_only_where_measured():
+    plain = {"fcfs": summarize(run("fcfs"))}
+    assert "engine busy s" not in format_table(plain)
+    measured = {"fcfs": {**plain["fcfs"], "engine_busy_s": 90.04}, "mars": {**plain["fcfs"], "engine_busy_s": None}}
+    header, _, fcfs, mars = ([c.strip() for c in line.split("|")] for line in
+                             format_table(measured, markdown=True).splitlines())
+    col = header.index("engine busy s")
+    assert (fcfs[col], mars[col]) == ("90.0", "-")

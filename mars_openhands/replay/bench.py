@@ -50,6 +50,7 @@ from mars_openhands.replay.bench_output import (
     SIM_ENGINES,
     EngineSetup,
     PolicyRun,
+    engine_busy_s,
     predicted_ratios,
     prediction_sections,
     prediction_table,
@@ -556,7 +557,8 @@ def bench(args: argparse.Namespace, vllm_extra: list[str]) -> int:
     round_results = [{n: run_result(n, plan.sessions, r, cal.costs, plan.shapes, args.tool_time_scale)
                       for n, r in runs.items()} for runs in rounds]
     round_summaries = [{n: {**summarize(r, alpha=args.alpha),
-                            "scheduler_us_per_step": scheduler_us_per_step(runs[n].stats)}
+                            "scheduler_us_per_step": scheduler_us_per_step(runs[n].stats),
+                            "engine_busy_s": engine_busy_s(runs[n].stats)}
                         for n, r in results.items()} for runs, results in zip(rounds, round_results)]
     runs, results = rounds[-1], round_results[-1]          # the plots, turns and profile: the last round
     with (out / "turns.jsonl").open("w") as f:

@@ -90,6 +90,12 @@ def scheduler_us_per_step(stats: StatsDoc) -> float | None:
     return round(1e6 * seconds / steps, 1) if seconds is not None and steps else None
 
 
+def engine_busy_s(stats: StatsDoc) -> float | None:
+    """Seconds the model ran the run's steps (hand-out to output, summed over replicas): what a
+    policy's schedule cost the engine, apart from the host's idle time; None from a stock server."""
+    return stat_value(stats, "counters.model_seconds")
+
+
 def turn_rows(policy: str, outcome: ReplayOutcome) -> list[dict[str, Any]]:
     """DIR/turns.jsonl rows: one per replayed turn, one per failed session."""
     rows: list[dict[str, Any]] = []

@@ -409,7 +409,7 @@ class MarsSchedulerMixin(_SchedulerBase):
 
     def update_from_output(self, scheduler_output: SchedulerOutput, model_runner_output: Any):
         t0 = time.perf_counter()
-        self._steps.model_time(self.mars)
+        self._cost.model_s += self._steps.model_time(self.mars)
         try:
             return super().update_from_output(scheduler_output, model_runner_output)
         finally:

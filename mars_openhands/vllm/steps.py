@@ -7,8 +7,9 @@
   lookup is done, the tokens a preempted call recomputes on its return that the prefix-cache
   lookup does not recover (`recomputed_prefill_tokens`, read by `bench-engine`), then
   `Policy.on_step`;
-- when its output comes back (`model_time`): the prefill rate, from the model time of a step with
-  enough prefill tokens (`Policy.observe_prefill`).
+- when its output comes back (`model_time`): the step's model time (the engine's busy seconds, in
+  `SchedulerCost`), and the prefill rate, from a step with enough prefill tokens
+  (`Policy.observe_prefill`).
 """
 from __future__ import annotations
 
@@ -47,6 +48,7 @@ class StepAccounting:
         self.next_demand_s = -1.0
         self.exec_started = 0.0                           # exec_clock when a step was handed out
         self.exec_prefill = 0                             # prefill tokens of that step
+        self.exec_busy = False                            # that step scheduled tokens: the model runs it
 
     def sync_kv_state(self, policy: Policy, now: float, pool: BlockPool, waiting: Iterable[Request],
                       block_size: int) -> None:
@@ -88,9 +90,17 @@ class StepAccounting:
                 self.counters["recomputed_prefill_tokens"] += max(0, rec.lost_on_preempt - hit)
                 rec.lost_on_preempt = None
         policy.on_step(scheduled, CoreView(waiting, records), now)
-        self.exec_prefill, self.exec_started = prefill, self.exec_clock()
+        self.exec_prefill, self.exec_busy, self.exec_started = prefill, bool(scheduled), self.exec_clock()
 
-    def model_time(self, policy: Policy) -> None:
-        if self.exec_prefill >= MIN_PREFILL_SAMPLE:    # the step's model time prices recompute
-            policy.observe_prefill(self.exec_prefill, self.exec_clock() - self.exec_started)
-        self.exec_prefill = 0
+    def model_time(self, policy: Policy) -> float:
+        """The model time of the step handed out last, from hand-out to output (0.0 if it scheduled
+        nothing): the engine's busy time, which tells a policy's work from the host's speed when
+        two policies schedule the same tokens. A step with enough prefill also prices recompute."""
+        if not self.exec_busy:
+            self.exec_prefill = 0
+            return 0.0
+        elapsed = self.exec_clock() - self.exec_started
+        if self.exec_prefill >= MIN_PREFILL_SAMPLE:
+            policy.observe_prefill(self.exec_prefill, elapsed)
+        self.exec_prefill, self.exec_busy = 0, False
+        return elapsed

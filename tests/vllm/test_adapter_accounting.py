@@ -76,3 +76,29 @@ def test_the_numbers_become_mars_prometheus_metrics(model_dir):
     assert samples["mars_scheduler_us_per_step"] > 0
     assert samples["mars_scheduler_seconds_total"] > 0 and samples["mars_held_idle_seconds_total"] == 0.0
     assert samples["mars_scheduler_steps_total"] == 2
+
+
+def test_the_engine_busy_time_sums_the_model_time_of_the_steps_that_ran(model_dir):
+    """Each step's model time runs from its hand-out (`schedule()`) to its output: with a model
+    that takes 0.25 s a step, three steps that ran are 0.75 s; the idle steps add nothing."""
+    s = make_scheduler(FcfsScheduler, model_dir)
+    gate = Gate()
+    install(s, admission=gate)
+    exec_now = [0.0]
+    s.exec_clock = lambda: exec_now[0]
+    h = Harness(s)
+    s.add_request(make_request("p", prompt(1, 40), max_tokens=3, session="n"))
+    h.step()                           # parked: nothing handed to the model
+    gate.open = True
+    original = s.update_from_output
+
+    def slow_model(out, mro):          # the model's 0.25 s pass, between hand-out and output
+        exec_now[0] += 0.25
+        return original(out, mro)
+    s.update_from_output = slow_model
+    while s.has_requests():
+        h.step()
+    stats = s.mars_stats()
+    ran = sum(1 for step in h.history if step)
+    assert ran == 3 and stats["counters"]["model_seconds"] == pytest.approx(0.25 * ran)
+    assert stats["scheduler"]["model_s"] == pytest.approx(0.75)
