@@ -54,10 +54,13 @@ def test_a_reply_streams_its_first_token_at_once_and_the_rest_in_one_piece(fake_
     out = _replay(fake_engine.url, _sessions())
     # two chunks a reply, as a non-streaming agent loads the server, not one per token ...
     assert fake_engine.chunks == [2] * len(fake_engine.requests)
-    # ... and the client still times the first token apart from the last
+    # ... and the client still times the first token when it comes, not with the last: the rest of
+    # the reply comes its other tokens' delays later (half of them, for delivery jitter on a loaded
+    # host; timed with the last, the gap would be the parse of one chunk). Not TTFT against the
+    # rest: on a loaded host the first token's wait alone outgrew a 4-token reply's 30 ms.
     for s in out.sessions:
         for t in s.turns:
-            assert t.first_token_s - t.submitted_s < t.finished_s - t.first_token_s
+            assert t.finished_s - t.first_token_s >= 0.5 * (t.shape.output_tokens - 1) * fake_engine.token_delay_s
 
 
 def test_replay_posts_tool_and_session_events_with_measured_times(fake_engine):
