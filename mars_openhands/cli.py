@@ -319,6 +319,8 @@ def _simulate_on_vllm(args: argparse.Namespace, make: Callable[[float | None], l
         return run_vllm_simulation(sessions, prof, name, async_scheduling=args.async_scheduler, **kw)
 
     sessions = make(args.rate if args.trace is not None else (args.rate or 0.2))
+    if args.sweep_concurrency:
+        return _sweep_concurrency(sessions, label, profile, names, args, out, on_vllm)
     if args.engine == "vllm":
         _run_point(sessions, label, args.profile, profile, names, args, out, on_vllm, label=" [vllm]")
         return 0
@@ -345,9 +347,9 @@ def _check_closed_loop(args: argparse.Namespace) -> None:
         raise CliError("--sweep-rates with a closed loop: a closed loop has no arrival rate; sweep one or the other")
     if args.replicas != 1:
         raise CliError("--concurrency: closed-loop arrivals run on one engine (--replicas 1)")
-    if args.engine != "sim":
-        raise CliError(f"--concurrency with --engine {args.engine}: closed-loop arrivals run in the simulator "
-                       "engine only (--engine sim)")
+    if args.sweep_concurrency and args.engine == "both":
+        raise CliError("--sweep-concurrency with --engine both: the engines are compared at one point "
+                       "(--concurrency N)")
 
 
 def _sweep_concurrency(sessions: list[SessionTrace], label: str, profile: Profile, names: list[str],

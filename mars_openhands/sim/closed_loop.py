@@ -16,8 +16,22 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
+from typing import Generic, Protocol, TypeVar
 
-from mars_openhands.sim.entities import SimSession
+from mars_openhands.workload.trace import SessionTrace
+
+
+class LoopSession(Protocol):
+    """What the loop reads of an engine's session (the simulator's, or `--engine vllm`'s)."""
+
+    @property
+    def sid(self) -> str: ...
+
+    @property
+    def trace(self) -> SessionTrace: ...
+
+
+S = TypeVar("S", bound=LoopSession)
 
 
 def root_of(session_id: str, ids: set[str]) -> str:
@@ -29,15 +43,15 @@ def root_of(session_id: str, ids: set[str]) -> str:
     return session_id
 
 
-class ClosedLoop:
+class ClosedLoop(Generic[S]):
     """Which sessions arrive when, for `users` concurrent users over `sessions` (in trace order)."""
 
-    def __init__(self, sessions: Sequence[SimSession], users: int) -> None:
+    def __init__(self, sessions: Sequence[S], users: int) -> None:
         if users < 1:
             raise ValueError(f"concurrency must be >= 1, got {users}")
         ids = {s.sid for s in sessions}
-        self._deps: dict[str, list[SimSession]] = {}
-        roots: list[SimSession] = []
+        self._deps: dict[str, list[S]] = {}
+        roots: list[S] = []
         self._root: dict[str, str] = {}
         for s in sessions:
             root = root_of(s.sid, ids)
@@ -51,11 +65,11 @@ class ClosedLoop:
         self._open: dict[str, int] = {}          # root id -> its sessions not yet finished
         self.users = users
 
-    def start(self) -> list[SimSession]:
+    def start(self) -> list[S]:
         """The sessions the users start at time 0."""
         return [self._queue.popleft() for _ in range(min(self.users, len(self._queue)))]
 
-    def arrived(self, s: SimSession) -> list[tuple[float, SimSession]]:
+    def arrived(self, s: S) -> list[tuple[float, S]]:
         """A root arrived: its dependents, each with its delay after the root's start."""
         if self._root[s.sid] != s.sid:
             return []
@@ -64,7 +78,7 @@ class ClosedLoop:
         t0 = s.trace.arrival_s
         return [(max(0.0, d.trace.arrival_s - t0), d) for d in deps]
 
-    def finished(self, s: SimSession) -> SimSession | None:
+    def finished(self, s: S) -> S | None:
         """A session ended: the next user's session if its user is now free."""
         root = self._root[s.sid]
         self._open[root] -= 1
@@ -74,4 +88,4 @@ class ClosedLoop:
         return self._queue.popleft()
 
 
-__all__ = ["ClosedLoop", "root_of"]
+__all__ = ["ClosedLoop", "LoopSession", "root_of"]

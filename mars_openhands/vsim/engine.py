@@ -9,7 +9,8 @@ sequences and their context), and the sampled tokens are each session's fixed dr
 (`tokens.py`). Everything else - prefix caching, chunked prefill, allocation, preemption, the
 policy's hooks, pins - is vLLM's and the adapter's code.
 
-The host side is the simulator's: sessions arrive on the trace's schedule, tools run on its
+The host side is the simulator's: sessions arrive on the trace's schedule (or, with `concurrency`,
+in the simulator's closed loop of that many users: `sim/closed_loop.py`), tools run on its
 `ToolPool` on the virtual clock, and the host posts what the replay client posts (ToolStarted,
 ToolFinished, CPU telemetry, SessionEnded). As on a live engine, what the host sends during a
 step reaches the scheduler before the next one; with only held (parked or overflow) calls the
@@ -29,6 +30,7 @@ from mars_openhands.core.model import TOOL_WAIT_EMA
 from mars_openhands.events import CpuTelemetry, Event, SessionEnded, ToolFinished, ToolStarted
 from mars_openhands.results import TurnTiming, admission_sample
 from mars_openhands.sim.clock import ARRIVE, TOOL_DONE, EventQueue
+from mars_openhands.sim.closed_loop import ClosedLoop
 from mars_openhands.sim.engine import STALL_S, SimulationError
 from mars_openhands.sim.kv import INF
 from mars_openhands.sim.profiles import Profile
@@ -53,13 +55,14 @@ class EngineCoreView:
 
 
 class Session:
-    __slots__ = ("trace", "sid", "k", "tokens", "finish_s", "reply", "timings")
+    __slots__ = ("trace", "sid", "k", "tokens", "arrival_s", "finish_s", "reply", "timings")
 
     def __init__(self, trace: SessionTrace, space: TokenSpace) -> None:
         self.trace = trace
         self.sid = trace.session_id
         self.k = 0
         self.tokens = SessionTokens(trace, space)
+        self.arrival_s = trace.arrival_s        # when it arrived (closed loop: when its user was free)
         self.finish_s: float | None = None
         self.reply: list[int] = []
         self.timings: list[TurnTiming] = []    # its calls, each with the tool after it
@@ -70,7 +73,7 @@ class VllmEngine:
 
     def __init__(self, sessions: list[SessionTrace], profile: Profile, scheduler: Any,
                  hasher: ReusingHasher, *, tool_workers: int,
-                 progress: Callable[[int, int], None] | None = None) -> None:
+                 progress: Callable[[int, int], None] | None = None, concurrency: int | None = None) -> None:
         self.p = profile
         self.sched = scheduler
         self.core = EngineCoreView(scheduler)
@@ -83,6 +86,8 @@ class VllmEngine:
         self.space = TokenSpace.from_vocab(scheduler.vllm_config.model_config.get_vocab_size())
         self.replies = ReplyTokens(self.space)
         self.sessions = [Session(t, self.space) for t in sessions]
+        #: closed-loop arrivals; None: each session at its trace arrival time
+        self.loop = None if concurrency is None else ClosedLoop(self.sessions, concurrency)
         self.host = EventQueue()
         self.tools = ToolPool(tool_workers)
         self.ema_tool_wait = 0.0
@@ -100,8 +105,12 @@ class VllmEngine:
     # ---- the engine core's loop -----------------------------------------------------------------
 
     def run(self) -> None:
-        for s in self.sessions:
-            self.host.push(s.trace.arrival_s, ARRIVE, s)
+        if self.loop is not None:
+            for s in self.loop.start():
+                self.host.push(0.0, ARRIVE, s)
+        else:
+            for s in self.sessions:
+                self.host.push(s.trace.arrival_s, ARRIVE, s)
         sched, total = self.sched, len(self.sessions)
         idle_since: float | None = None
         while self.counters.done < total:
@@ -224,12 +233,20 @@ class VllmEngine:
             et, kind, obj = due
             self._advance(et, idle)
             if kind == ARRIVE:
-                self._submit(cast(Session, obj))
+                self._arrive(cast(Session, obj))
             elif kind == TOOL_DONE:
                 self._tool_done(cast(ToolJob, obj))
         self._advance(t, idle)
 
     # ---- the host: sessions, calls, tools ---------------------------------------------------------
+
+    def _arrive(self, s: Session) -> None:
+        """A session's first call; in a closed loop its dependents (sub-agents) are due after it."""
+        s.arrival_s = self.now
+        if self.loop is not None:
+            for delay, dep in self.loop.arrived(s):
+                self.host.push(self.now + delay, ARRIVE, dep)
+        self._submit(s)
 
     def _submit(self, s: Session) -> None:
         """The session sends its next call (prompt as `SessionPrompts` builds it)."""
@@ -265,6 +282,8 @@ class VllmEngine:
             self.inbox.append([SessionEnded(s.sid, now)])
             s.finish_s = now
             self.counters.done += 1
+            if self.loop is not None and (nxt := self.loop.finished(s)) is not None:
+                self.host.push(now, ARRIVE, nxt)
             if self.progress is not None:
                 self.progress(self.counters.done, len(self.sessions))
             return

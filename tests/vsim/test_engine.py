@@ -113,3 +113,38 @@ def test_simulate_engine_vllm_refuses_replicas(tmp_path, capsys):
     rc = main(["simulate", "--synthetic", "2", "--profile", "cpu-small", "--policies", "fcfs", "--engine", "vllm",
                "--replicas", "2", "--out", str(tmp_path / "o")])
     assert rc == 2 and "one engine at one point" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("policy", ["fcfs", "mars"])
+def test_a_closed_loop_keeps_n_users_busy_on_vllms_scheduler_as_in_the_simulator(policy):
+    from mars_openhands.sim.runner import run_simulation
+    trace = small_trace(2, n=6, rate=0.01)          # trace arrivals 100 s apart: a closed loop ignores them
+    run = run_vllm_simulation(trace, TINY, policy, concurrency=2)
+    starts = sorted(s.arrival_s for s in run.sessions)
+    ends = sorted(s.finish_s for s in run.sessions)
+    assert starts[:2] == [0.0, 0.0] and all(t > 0 for t in starts[2:])
+    assert all(any(t == pytest.approx(e) for e in ends) for t in starts[2:])   # each when a user was free
+    for t in [x + 1e-9 for x in starts]:
+        assert sum(1 for s in run.sessions if s.arrival_s <= t < s.finish_s) <= 2
+    assert max(ends) < 100.0                        # not the open loop's schedule
+    sim = run_simulation(trace, TINY, policy, concurrency=2)
+    mean = sum(s.finish_s - s.arrival_s for s in run.sessions) / len(run.sessions)
+    assert mean == pytest.approx(sum(s.finish_s - s.arrival_s for s in sim.sessions) / len(sim.sessions), rel=0.05)
+
+
+def test_simulate_engine_both_runs_a_closed_loop_and_vllm_sweeps_users(tmp_path, capsys):
+    from mars_openhands.sim.profile_file import write_profile
+    trace, prof = tmp_path / "t.jsonl", tmp_path / "p.json"
+    write_trace(trace, small_trace(3, n=4, rate=0.01))
+    write_profile(prof, dataclasses.replace(TINY, name="tiny"), {})
+    base = ["simulate", "--trace", str(trace), "--profile", str(prof), "--policies", "fcfs,mars"]
+    assert main([*base, "--engine", "both", "--concurrency", "2", "--out", str(tmp_path / "o")]) == 0
+    import json
+    for engine in ("sim", "vllm"):
+        fcfs = json.loads((tmp_path / "o" / engine / "summary.json").read_text())["policies"]["fcfs"]
+        assert fcfs["makespan_s"] < 100.0           # users, not the trace's arrivals 100 s apart
+    assert main([*base, "--engine", "vllm", "--sweep-concurrency", "1,2", "--out", str(tmp_path / "s")]) == 0
+    sweep = json.loads((tmp_path / "s" / "sweep.json").read_text())
+    assert sweep["concurrency"] == [1, 2]
+    assert main([*base, "--engine", "both", "--sweep-concurrency", "1,2", "--out", str(tmp_path / "b")]) == 2
+    assert "compared at one point" in capsys.readouterr().err
