@@ -12,6 +12,8 @@ engine_stats.jsonl, instances/<id>/conversation/). Per run (one policy):
   tokens served from the cache), plus what preempted calls recomputed (the engine's
   `recomputed_prefill_tokens` counter);
 - pins: KV pins the engine created at tool calls (`/mars/v1/stats` counters);
+- held idle: the share of the makespan the policy held calls with the engine idle (the counter
+  `held_idle_seconds`: work conservation, as `bench-engine` reports it);
 - admission window: its trace over time (plot) and range (table).
 
 With `--sim-profile` the recorded conversations (mars-trace/1, via `mars-openhands record`) are
@@ -53,6 +55,8 @@ class SweRun:
     pins: int | None
     result: RunResult
     windows: list[tuple[float, float | None]] = field(default_factory=list)
+    #: seconds the engine sat idle while the policy held calls (None: the engine did not say)
+    held_idle_s: float | None = None
 
     @property
     def label(self) -> str:
@@ -64,6 +68,10 @@ class SweRun:
     @property
     def mean_s(self) -> float | None:
         return float(np.mean(self.completion_s)) if self.completion_s else None
+
+    @property
+    def held_idle_share(self) -> float | None:
+        return None if self.held_idle_s is None or not self.makespan_s else self.held_idle_s / self.makespan_s
 
 
 def _jsonl(path: Path) -> list[dict[str, Any]]:
@@ -124,6 +132,7 @@ def load_run(run_dir: Path, block_size: int = 128) -> SweRun:
     final = json.loads((run_dir / "engine_stats.json").read_text()) if (run_dir / "engine_stats.json").is_file() \
         else (samples[-1]["stats"] if samples else {})
     recomp += int(_dig(final, "counters", "recomputed_prefill_tokens") or 0)
+    held = _dig(final, "counters", "held_idle_seconds")
     pins = _dig(final, "counters", "pins_created")
     if pins is None and final:
         pins = 0  # the engine reports counters, and this policy created no pin
@@ -140,7 +149,8 @@ def load_run(run_dir: Path, block_size: int = 128) -> SweRun:
     return SweRun(run_dir, policy, str(meta.get("harness", "?")), len(records),
                   sum(bool((r.get("report") or {}).get("resolved")) for r in records),
                   sum(bool(r.get("error")) for r in records), completion, makespan, hits, recomp,
-                  None if pins is None else int(pins), result, [(t[0], t[1]) for t in timeline])
+                  None if pins is None else int(pins), result, [(t[0], t[1]) for t in timeline],
+                  None if held is None else float(held))
 
 
 def _f(x: float | None, nd: int = 1) -> str:
@@ -155,13 +165,14 @@ def window_range(run: SweRun) -> str:
 
 
 COLUMNS = ("policy", "resolved", "mean s", "p50 s", "p95 s", "makespan s", "prefix-hit tok",
-           "recomputed tok", "pins", "admission window")
+           "recomputed tok", "pins", "held idle", "admission window")
 
 
 def table_rows(runs: list[SweRun]) -> list[list[str]]:
     return [[r.label, f"{r.resolved}/{r.tasks}", _f(r.mean_s), _f(r.percentile(50)), _f(r.percentile(95)),
              _f(r.makespan_s), f"{r.prefix_hit_tokens:,}", f"{r.recomputed_tokens:,}",
-             "-" if r.pins is None else str(r.pins), window_range(r)] for r in runs]
+             "-" if r.pins is None else str(r.pins),
+             "-" if (h := r.held_idle_share) is None else f"{h:.1%}", window_range(r)] for r in runs]
 
 
 def ratios(runs: list[SweRun]) -> dict[str, dict[str, float | None]]:
@@ -248,7 +259,8 @@ def main(argv: list[str] | None = None) -> int:
         "runs": [{"path": str(r.path), "policy": r.policy, "harness": r.harness, "tasks": r.tasks,
                   "resolved": r.resolved, "failed": r.failed, "mean_s": r.mean_s, "p50_s": r.percentile(50),
                   "p95_s": r.percentile(95), "makespan_s": r.makespan_s, "prefix_hit_tokens": r.prefix_hit_tokens,
-                  "recomputed_tokens": r.recomputed_tokens, "pins": r.pins, "windows": r.windows}
+                  "recomputed_tokens": r.recomputed_tokens, "pins": r.pins,
+                  "held_idle_s": r.held_idle_s, "held_idle_share": r.held_idle_share, "windows": r.windows}
                  for r in runs], "ratios_vs_fcfs": ratios(runs), "simulated": sim}, indent=2) + "\n")
     plots = write_plots(runs, out)
     print(text)

@@ -12,7 +12,7 @@ pytestmark = pytest.mark.agent
 
 
 def _run(root: Path, policy: str, agent_s: list[float], *, resolved: int, pins: int | None = 3,
-         windows=(8, 4, 6), preempt_recompute: int = 0) -> Path:
+         windows=(8, 4, 6), preempt_recompute: int = 0, held_idle_s: float = 0.0) -> Path:
     d = root / policy
     d.mkdir(parents=True)
     (d / "metadata.json").write_text(json.dumps({"policy": policy, "harness": "oracle"}))
@@ -28,7 +28,8 @@ def _run(root: Path, policy: str, agent_s: list[float], *, resolved: int, pins: 
     samples = [{"t": 100.0 + k, "stats": {"policy": policy, "pinned_blocks": k, "admission": {"window": w},
                                           "engine": {"kv_usage": 0.5, "running": 2, "waiting": 1},
                                           "counters": {} if pins is None else
-                                          {"pins_created": pins, "recomputed_prefill_tokens": preempt_recompute}}}
+                                          {"pins_created": pins, "recomputed_prefill_tokens": preempt_recompute,
+                                           "held_idle_seconds": held_idle_s * k / (len(windows) - 1)}}}
                for k, w in enumerate(windows)]
     (d / "engine_stats.jsonl").write_text("".join(json.dumps(s) + "\n" for s in samples))
     return d
@@ -42,7 +43,7 @@ def test_recomputed_counts_whole_blocks_the_cache_did_not_serve():
 
 
 def test_table_ratios_and_plots(tmp_path):
-    mars = _run(tmp_path, "mars", [10.0, 20.0, 30.0, 0.0], resolved=3, preempt_recompute=500)
+    mars = _run(tmp_path, "mars", [10.0, 20.0, 30.0, 0.0], resolved=3, preempt_recompute=500, held_idle_s=3.4)
     fcfs = _run(tmp_path, "fcfs", [20.0, 40.0, 60.0, 80.0], resolved=4, pins=None, windows=(None, None))
     out = tmp_path / "rep"
     assert report.main([str(mars), str(fcfs), "--out", str(out)]) == 0
@@ -52,9 +53,12 @@ def test_table_ratios_and_plots(tmp_path):
     assert m["prefix_hit_tokens"] == 4 * (896 + 128) and m["recomputed_tokens"] == 4 * 1152 + 500
     assert m["makespan_s"] == pytest.approx(134.0 - 100.0)  # first start 100, latest end: t2 at 102 + 30 + 2
     assert f["pins"] == 0  # the engine reports counters; this policy pinned nothing
+    # held idle: the engine's last counter over the makespan; none where the engine reported no counters
+    assert m["held_idle_share"] == pytest.approx(3.4 / 34.0) and f["held_idle_share"] is None
     assert data["ratios_vs_fcfs"]["mars"]["mean"] == pytest.approx(50.0 / 20.0, rel=1e-3)
     text = (out / "report.md").read_text()
     assert "| mars | 3/4 |" in text and "8 -> 6 (min 4, max 8)" in text and "ORACLE HARNESS" in text
+    assert "| 3 | 10.0% | 8 -> 6" in text
     assert "mars vs fcfs: mean completion time 2.50x" in text
     assert (out / "completion_cdf.png").stat().st_size > 1000 and (out / "timeline-mars.png").is_file()
 

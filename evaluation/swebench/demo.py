@@ -11,9 +11,14 @@ holding anything else is refused unless `--resume` or `--replace`.
 
 `--repeat N` (make demo REPEAT=N) runs every policy N times, the order rotated each round (MARS,
 FCFS; then FCFS, MARS; ...), round k in OUT/round-k/<policy>; then it prints each policy's median
-mean / p95 completion time with its spread (min - max over the rounds), each round's FCFS / MARS
-ratio with the median and a 90 % bootstrap interval, and a verdict (`mars_openhands.repeats`), and
-writes OUT/repeats.json. On this host one run is not a measurement.
+mean / p95 completion time and held-idle share with their spread (min - max over the rounds), each
+round's FCFS / MARS ratio with the median and a 90 % bootstrap interval, and a verdict
+(`mars_openhands.repeats`), and writes OUT/repeats.json. On this host one run is not a measurement.
+
+Last, both simulator engines predict the runs (`runs/prediction.py`: the first round's trace as
+recorded under the first baseline, K users in a closed loop, OUT/predicted/), and the demo prints
+their best baseline / MARS beside the measured (median) ratio, and each policy's predicted share of
+the makespan held with the engine idle beside the measured one.
 
 `--mode offline` (make demo): the bundled tasks. `--mode local` (make demo-real): real SWE-bench
 instances from a dataset file, their repositories from local sources, per-(repo, version)
@@ -44,9 +49,10 @@ from typing import TYPE_CHECKING, Any
 
 from evaluation.swebench.inputs import InputError
 from evaluation.swebench.runs.engine_proc import REPO
+from evaluation.swebench.runs.prediction import TINY_PROFILE, Prediction, PredictionError, predict
 from mars_openhands.core.registry import is_mars_variant
 from mars_openhands.hints import flag
-from mars_openhands.repeats import RULE, compare, reference_policy, rotation, spread, verdict_table
+from mars_openhands.repeats import RULE, Comparison, compare, reference_policy, rotation, spread, verdict_table
 
 if TYPE_CHECKING:
     from evaluation.swebench.runs.local_harness import LocalBackend
@@ -85,7 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
                                             "runs/demo-real, named for the mode, dataset and UTC time)")
     p.add_argument("--resume", action="store_true", help="continue the demo in --out (also with other settings)")
     p.add_argument("--replace", action="store_true", help="delete the demo's folder --out and start again")
-    p.add_argument("--sim-profile", default="", help="also compare with the simulator on this profile")
+    p.add_argument("--sim-profile", default="",
+                   help="the profile the simulators predict the runs with (default for the tiny model: "
+                        f"{TINY_PROFILE.relative_to(REPO)}; other models: none, no prediction)")
     p.add_argument("--repeat", type=int, default=1, metavar="N",
                    help="run every policy N times, the order rotated each round, and print the median, spread and "
                         "verdict (default 1)")
@@ -235,7 +243,6 @@ def _demo(args: argparse.Namespace, target: str, claimed: list[Path]) -> int:
     out = args.out or run_dirs.default_dir(args.mode, dataset, "+".join(policies), root=Path("runs") / target)
     run_dirs.claim(out, run_dirs.demo(identity, policies), resume=args.resume, replace=args.replace)
     claimed.append(out)
-    extra = ["--sim-profile", args.sim_profile] if args.sim_profile else []
     rc = 0
     for k, order in enumerate(rotation(policies, args.repeat)):
         where = out if args.repeat == 1 else out / f"round-{k + 1}"
@@ -250,39 +257,59 @@ def _demo(args: argparse.Namespace, target: str, claimed: list[Path]) -> int:
                 print(f"{target}: the {policy} run ended with status {rc}; {flag('--out', out)} resumes it",
                       file=sys.stderr)
                 return rc
-        rc = report.main([*(str(where / p) for p in policies), "--out", str(where), *extra])
+        rc = report.main([*(str(where / p) for p in policies), "--out", str(where)])
         for policy in policies:
             print(f"{policy}: time in tools {tool_share(where / policy)}")
-    if args.repeat > 1:
-        text, doc = repeat_summary([[out / f"round-{k + 1}" / p for p in policies] for k in range(args.repeat)])
-        print(text)
-        (out / "repeats.json").write_text(json.dumps(doc, indent=2) + "\n")
+    rounds = [[(out if args.repeat == 1 else out / f"round-{k + 1}") / p for p in policies] for k in range(args.repeat)]
+    prediction = _predict(args, rounds[0], workers, out / "predicted")
+    text, doc = repeat_summary(rounds, prediction)
+    print(text)
+    (out / ("repeats.json" if args.repeat > 1 else "predicted.json")).write_text(json.dumps(doc, indent=2) + "\n")
     print(f"{target}: {out}, {time.time() - t0:.0f} s in all", file=sys.stderr)
     return rc
 
 
-def repeat_summary(rounds: list[list[Path]]) -> tuple[str, dict]:
+def _predict(args: argparse.Namespace, first_round: list[Path], users: int, out: Path) -> Prediction | str:
+    """Both simulator engines on the trace the first baseline recorded in the first round (the first
+    policy's if no baseline ran); a note saying why not where they cannot."""
+    profile = args.sim_profile or (str(TINY_PROFILE) if args.model.resolve() == (REPO / "models" / "tiny").resolve()
+                                   else "")
+    if not profile:
+        return (f"no prediction: pass {flag('--sim-profile', 'FILE')} for {args.model} "
+                "(`mars-openhands calibrate` writes one)")
+    run = next((d for d in first_round if not is_mars_variant(d.name)), first_round[0])
+    print(f"\n== predicting the runs with both simulator engines ({out}) ==", file=sys.stderr)
+    try:
+        return predict(run, [d.name for d in first_round], users, profile, out)
+    except PredictionError as e:
+        return f"no prediction: {e}"
+
+
+def repeat_summary(rounds: list[list[Path]], prediction: Prediction | str | None = None) -> tuple[str, dict]:
     """The rounds' runs (per round, one run folder per policy): each policy's median mean and p95
-    completion time with their spread, and MARS against each baseline over the rounds."""
+    completion time and held-idle share with their spread, MARS against each baseline over the
+    rounds, and the simulators' `prediction` of both beside them."""
     from mars_openhands.report import load_run
 
     runs = [[load_run(d) for d in dirs] for dirs in rounds]
-    by_round = [{r.policy: {"mean_e2e_s": r.mean_s, "p95_e2e_s": r.percentile(95)} for r in rr} for rr in runs]
+    by_round = [{r.policy: {"mean_e2e_s": r.mean_s, "p95_e2e_s": r.percentile(95),
+                            "held_idle_share": r.held_idle_share} for r in rr} for rr in runs]
     names = [r.policy for r in runs[0]]
-    lines = [f"\nover {len(rounds)} rounds: median (min - max) completion time, s",
-             f"{'policy':<16} {'mean':>22} {'p95':>22}"]
+    lines = [f"\nover {len(rounds)} round{'s' * (len(rounds) > 1)}: median (min - max) completion time, s, and "
+             "share of the makespan held with the engine idle",
+             f"{'policy':<16} {'mean':>22} {'p95':>22} {'held idle':>22}"]
     per_policy: dict[str, dict[str, Any]] = {}
     for name in names:
         cells, per_policy[name] = [], {}
-        for key in ("mean_e2e_s", "p95_e2e_s"):
+        for key, scale, unit in (("mean_e2e_s", 1, ""), ("p95_e2e_s", 1, ""), ("held_idle_share", 100, "%")):
             vals = [v for r in by_round if (v := r.get(name, {}).get(key)) is not None]
             if vals:
                 med, lo, hi = spread(vals)
-                cells.append(f"{med:.1f} ({lo:.1f} - {hi:.1f})")
+                cells.append(f"{med * scale:.1f}{unit} ({lo * scale:.1f} - {hi * scale:.1f})")
                 per_policy[name][key] = {"rounds": vals, "median": med, "min": lo, "max": hi}
             else:
                 cells.append("-")
-        lines.append(f"{name:<16} {cells[0]:>22} {cells[1]:>22}")
+        lines.append(f"{name:<16} {cells[0]:>22} {cells[1]:>22} {cells[2]:>22}")
     reference = reference_policy(names)
     baselines = [n for n in names if n != reference and not is_mars_variant(n)]
     comparisons = compare(by_round, reference, baselines) if reference and baselines else []
@@ -291,7 +318,35 @@ def repeat_summary(rounds: list[list[Path]]) -> tuple[str, dict]:
     doc = {"rounds": [[str(d) for d in dirs] for dirs in rounds], "policies": per_policy,
            "verdicts": {"reference": reference, "rule": RULE,
                         "baselines": {c.baseline: c.as_dict() for c in comparisons}} if comparisons else None}
+    if isinstance(prediction, str):
+        lines += ["", prediction]
+    elif prediction is not None:
+        measured = comparisons[-1] if comparisons else None      # the best of each round, with two baselines
+        lines += ["", *predicted_lines(prediction, reference, measured, per_policy)]
+        doc["predicted"] = prediction.as_dict()
     return "\n".join(lines), doc
+
+
+def predicted_lines(prediction: Prediction, reference: str | None, measured: Comparison | None,
+                    per_policy: dict[str, dict[str, Any]]) -> list[str]:
+    """Each simulator engine's best baseline / MARS beside the measured median ratio (its error:
+    predicted / measured - 1), and the held-idle shares, measured and predicted."""
+    from mars_openhands.replay.bench_output import held_idle_table, predicted_ratios, prediction_table
+
+    label = Path(prediction.profile).stem
+    predicted = {label: prediction.by_engine}
+    lines = [f"predicted: {prediction.describe()}"]
+    if reference is not None and measured is not None:
+        lines += [f"best baseline / {reference}, predicted (measured median: mean "
+                  f"{measured.mean.median if measured.mean else float('nan'):.2f}x, p95 "
+                  f"{measured.p95.median if measured.p95 else float('nan'):.2f}x)",
+                  prediction_table(predicted_ratios(predicted, reference),
+                                   measured.mean.median if measured.mean else None,
+                                   measured.p95.median if measured.p95 else None)]
+    held = {n: {"held_idle_share": (p.get("held_idle_share") or {}).get("median")} for n, p in per_policy.items()}
+    lines += ["", "held with the engine idle, % of the makespan: measured (median of the rounds), predicted "
+              f"({' / '.join(prediction.by_engine)})", held_idle_table(held, predicted)]
+    return lines
 
 
 if __name__ == "__main__":

@@ -22,7 +22,8 @@ def test_each_policy_runs_with_its_modes_setting(monkeypatch, tmp_path):
     from mars_openhands import report
 
     runs: list[list[str]] = []
-    monkeypatch.setattr(swe_run, "main", lambda argv: runs.append(argv) or 0)
+    fake = _fake_runs({(p, 1): (10, 20) for p in ("mars", "fcfs")}, {"mars": 0.0, "fcfs": 0.0}, None)
+    monkeypatch.setattr(swe_run, "main", lambda argv: runs.append(argv) or fake(argv))
     monkeypatch.setattr(report, "main", lambda argv: 0)
     backend = SimpleNamespace(cache=SimpleNamespace(root=tmp_path / "cache"),
                               sources=SimpleNamespace(local={"o/r": Path("/src/r")}))
@@ -126,3 +127,87 @@ def test_make_demo_passes_repeat():
     proc = subprocess.run(["make", "-n", "demo", "REPEAT=4"], cwd=root, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert "--repeat 4" in " ".join(proc.stdout.replace("\\\n", " ").split())
+
+
+def _fake_runs(agent_s: dict[tuple[str, int], tuple[int, ...]], held_s: dict[str, float], trace: list | None):
+    """A `swe_run.main` double writing a run folder: records, the engine's last stats, the recorded trace."""
+    import json
+
+    from mars_openhands.workload.trace import write_trace
+
+    def fake_run(argv: list[str]) -> int:
+        policy, out = _value(argv, "--policy"), Path(_value(argv, "--out"))
+        out.mkdir(parents=True)
+        (out / "metadata.json").write_text(json.dumps({"policy": policy, "harness": "oracle"}))
+        k = int(out.parent.name.split("-")[1]) if out.parent.name.startswith("round-") else 1
+        records = [{"instance_id": f"t{i}", "timings": {"start": 0.0, "end": float(s), "agent_s": float(s)},
+                    "engine_turns": []} for i, s in enumerate(agent_s[(policy, k)])]
+        (out / "output.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+        (out / "engine_stats.json").write_text(json.dumps(
+            {"policy": policy, "tool_workers": 2, "engine": {"total_blocks": 40},
+             "counters": {"held_idle_seconds": held_s[policy]}}))
+        if trace is not None:
+            write_trace(out / "trace.jsonl", trace)
+        return 0
+    return fake_run
+
+
+def test_the_simulators_predict_the_rounds_beside_the_measured_ratio_and_held_idle(monkeypatch, tmp_path, capsys):
+    """Both simulator engines replay the first baseline's recorded trace as K users, in the engine
+    environment (a real child process), and the demo prints their ratio and held idle beside the rounds'."""
+    import json
+
+    from evaluation.swebench import demo
+    from evaluation.swebench import run as swe_run
+    from evaluation.swebench.runs.engine_proc import ENGINE_PYTHON
+    from mars_openhands import report
+    from mars_openhands.workload.synthetic import SyntheticConfig, generate
+
+    if not ENGINE_PYTHON.exists():
+        pytest.skip(f"needs the engine environment ({ENGINE_PYTHON}); make setup builds it")
+    trace = generate(SyntheticConfig(n_sessions=4, rate=2.0, seed=1, turns_scale=0.1, context_scale=0.15,
+                                     tool_time_scale=0.05))
+    agent_s = {("mars", 1): (10, 20), ("fcfs", 1): (12, 30), ("mars", 2): (11, 22), ("fcfs", 2): (11, 21)}
+    monkeypatch.setattr(swe_run, "main", _fake_runs(agent_s, {"mars": 1.5, "fcfs": 0.0}, trace))
+    monkeypatch.setattr(report, "main", lambda argv: 0)
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    out = tmp_path / "demo"
+    profile = str(demo.TINY_PROFILE)
+    assert demo.main(["--model", str(model), "--out", str(out), "--repeat", "2", "--workers", "3",
+                      "--sim-profile", profile]) == 0
+    printed = capsys.readouterr().out
+    assert "3 users in a closed loop, 40 KV blocks, 2 tool workers" in printed
+    assert str(out / "round-1" / "fcfs" / "trace.jsonl") in printed      # the first baseline's recording
+    assert "sim mean / p95" in printed and "vllm mean / p95" in printed
+    mars_line = next(line for line in printed.splitlines() if line.startswith("mars "))
+    assert "7.2% (6.8 - 7.5)" in mars_line      # 1.5 s held of makespans 20 and 22
+    doc = json.loads((out / "repeats.json").read_text())
+    predicted = doc["predicted"]["policies"]
+    assert set(predicted) == {"sim", "vllm"} and set(predicted["vllm"]) == {"mars", "fcfs"}
+    assert all(s["mean_e2e_s"] > 0 for by in predicted.values() for s in by.values())
+    assert (out / "predicted" / "engines.json").is_file()
+
+
+def test_without_a_profile_or_an_engine_environment_the_demo_says_why_it_predicts_nothing(monkeypatch, tmp_path,
+                                                                                          capsys):
+    from evaluation.swebench import demo
+    from evaluation.swebench import run as swe_run
+    from evaluation.swebench.runs import prediction
+    from mars_openhands import report
+    from mars_openhands.workload.synthetic import SyntheticConfig, generate
+
+    agent_s = {("mars", 1): (10, 20), ("fcfs", 1): (12, 30)}
+    trace = generate(SyntheticConfig(n_sessions=2, rate=2.0, seed=1, turns_scale=0.1))
+    monkeypatch.setattr(swe_run, "main", _fake_runs(agent_s, {"mars": 0.0, "fcfs": 0.0}, trace))
+    monkeypatch.setattr(report, "main", lambda argv: 0)
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    assert demo.main(["--model", str(model), "--out", str(tmp_path / "a")]) == 0
+    assert "no prediction: pass --sim-profile" in capsys.readouterr().out
+    monkeypatch.setattr(prediction, "ENGINE_PYTHON", tmp_path / "nope" / "python")
+    argv = ["--model", str(model), "--out", str(tmp_path / "b"), "--sim-profile", str(demo.TINY_PROFILE)]
+    assert demo.main(argv) == 0
+    assert "no prediction: engine environment missing" in capsys.readouterr().out
