@@ -24,8 +24,9 @@ GRADING_WRITES = ("grades.jsonl", "logs", "*.*.json")
 #: an agent run (runs/outputs.py)
 AGENTS_WRITES = ("metadata.json", "output.jsonl", "predictions.jsonl", "*.tmp", "trace.jsonl",
                  "engine_stats.jsonl", "engine_stats.json", "engine.log", "instances")
-#: a demo: one agent run per policy (its parts), the report and plots
-DEMO_WRITES = ("report.md", "report.json", "*.png", "repeats.json", "round-*")
+#: a demo: one agent run per policy (its parts), the report and plots, the simulators' prediction
+DEMO_WRITES = ("report.md", "report.json", "*.png", "repeats.json", "round-*", "predicted", "predicted.log",
+               "predicted.json")
 
 
 def default_dir(mode: str, dataset: str, label: str, root: Path = ROOT, now: float | None = None) -> Path:

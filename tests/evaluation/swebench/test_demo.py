@@ -188,6 +188,9 @@ def test_the_simulators_predict_the_rounds_beside_the_measured_ratio_and_held_id
     assert set(predicted) == {"sim", "vllm"} and set(predicted["vllm"]) == {"mars", "fcfs"}
     assert all(s["mean_e2e_s"] > 0 for by in predicted.values() for s in by.values())
     assert (out / "predicted" / "engines.json").is_file()
+    # the prediction is the demo's own output: --replace takes the folder back with it
+    assert demo.main(["--model", str(model), "--out", str(out), "--repeat", "2", "--workers", "3",
+                      "--sim-profile", profile, "--replace"]) == 0
 
 
 def test_without_a_profile_or_an_engine_environment_the_demo_says_why_it_predicts_nothing(monkeypatch, tmp_path,
