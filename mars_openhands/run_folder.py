@@ -150,8 +150,8 @@ def check_replaceable(folder: Path, current: RunSpec) -> None:
         part = any(fnmatch.fnmatchcase(name, p) for p in parts)
         if not part and not any(fnmatch.fnmatchcase(name, p) for p in writes):
             foreign.append(f"{name}/" if entry.is_dir() else name)
-    others = [str(p) for p in runs if not any(fnmatch.fnmatchcase(p.relative_to(folder).parts[0], q) for q in parts)
-              or len(p.relative_to(folder).parts) > 1]
+    # a part is named by its path below the folder: `mars`, or `round-*/mars` for a demo's rounds
+    others = [str(p) for p in runs if not any(fnmatch.fnmatchcase(p.relative_to(folder).as_posix(), q) for q in parts)]
     problems = []
     if others:
         problems.append(f"it holds run folders of other runs: {_names(others)}")

@@ -3,6 +3,7 @@ RESUME (never with other inputs) or REPLACE, and REPLACE deletes one run's folde
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 
@@ -110,6 +111,22 @@ def test_a_run_s_own_parts_are_deleted_with_it(tmp_path):
     for p in ("mars", "fcfs"):
         claim(d / p, spec())
     (d / "report.md").write_text("r")
+    claim(d, demo, replace=True)
+    assert sorted(p.name for p in d.iterdir()) == ["run.json"]
+
+
+def test_a_run_s_parts_in_sub_folders_are_named_by_their_path(tmp_path):
+    """A repeated demo's runs sit in round-k/<policy>: parts `round-*/mars` take them; another run
+    nested in a round folder under a name no part gives is still refused."""
+    demo = RunSpec("demo", {"policies": ["mars"]}, writes=("round-*",), parts=("mars", "round-*/mars"))
+    d = tmp_path / "demo"
+    claim(d, demo)
+    claim(d / "round-1" / "mars", spec())
+    claim(d / "round-2" / "mars", spec())
+    claim(d / "round-2" / "other", spec())
+    with pytest.raises(RunFolderError, match=r"run folders of other runs: .*round-2/other"):
+        claim(d, demo, replace=True)
+    shutil.rmtree(d / "round-2" / "other")
     claim(d, demo, replace=True)
     assert sorted(p.name for p in d.iterdir()) == ["run.json"]
 

@@ -24,9 +24,9 @@ GRADING_WRITES = ("grades.jsonl", "logs", "*.*.json")
 #: an agent run (runs/outputs.py)
 AGENTS_WRITES = ("metadata.json", "output.jsonl", "predictions.jsonl", "*.tmp", "trace.jsonl",
                  "engine_stats.jsonl", "engine_stats.json", "engine.log", "instances")
-#: a demo: one agent run per policy (its parts), the report and plots, the simulators' prediction
-DEMO_WRITES = ("report.md", "report.json", "*.png", "repeats.json", "round-*", "predicted", "predicted.log",
-               "predicted.json")
+#: a demo: one agent run per policy (its parts; per round with --repeat), the report and plots, the
+#: simulators' prediction (a `simulate` run of its own, also a part)
+DEMO_WRITES = ("report.md", "report.json", "*.png", "repeats.json", "round-*", "predicted.log", "predicted.json")
 
 
 def default_dir(mode: str, dataset: str, label: str, root: Path = ROOT, now: float | None = None) -> Path:
@@ -47,9 +47,9 @@ def agents(identity: JSONDict) -> RunSpec:
 
 
 def demo(identity: JSONDict, policies: Sequence[str]) -> RunSpec:
-    """A demo: its policies' runs are its parts."""
+    """A demo: its policies' runs (in each round's folder with --repeat) and the prediction are its parts."""
     return RunSpec("demo", identity, inputs=("kind", "mode", "dataset", "model"), writes=DEMO_WRITES,
-                   parts=tuple(policies))
+                   parts=(*policies, *(f"round-*/{p}" for p in policies), "predicted"))
 
 
 def claim(run_dir: Path, spec: RunSpec, *, resume: bool = False, replace: bool = False) -> bool:
