@@ -38,6 +38,7 @@ from evaluation.swebench.records import EngineTurn, JSONDict, RunRecord, SweInst
 from evaluation.swebench.runs.engine_stats import StatsSampler
 from evaluation.swebench.runs.outcomes import INTERRUPTED
 from evaluation.swebench.runs.outputs import RunFiles
+from evaluation.swebench.runs.shared_prompt import shared_first_prefix, with_shared_prompt
 from evaluation.swebench.workspaces import terminal_env
 from evaluation.swebench.workspaces.isolation import TmuxScope
 from mars_openhands.openhands.config import MarsConfig
@@ -352,7 +353,8 @@ def _record_trace(idir: Path) -> str | None:
 
 
 def write_run_trace(run_dir: Path) -> int:
-    """All finished conversations of the run as one mars-trace/1 file with their real arrival times."""
+    """All finished conversations of the run as one mars-trace/1 file with their real arrival times,
+    sharing the prefix their first prompts shared in the engine's cache (`shared_prompt.py`)."""
     convs = _conversations(run_dir)
     sessions = []
     if convs:
@@ -361,7 +363,7 @@ def write_run_trace(run_dir: Path) -> int:
         except RecordError as e:
             log.warning("run trace not written: %s", e)
             return 0
-        write_trace(run_dir / "trace.jsonl", sessions)
+        write_trace(run_dir / "trace.jsonl", with_shared_prompt(sessions, shared_first_prefix(run_dir)))
     return len(sessions)
 
 

@@ -1,10 +1,12 @@
 """What the simulators predict for a demo's runs, beside what the engine measured.
 
 A run's recorded conversations (`trace.jsonl`, mars-trace/1: every turn's tokens and tool time as
-measured) are replayed by both simulator engines (`simulate --engine both`: the simulator, and
-vLLM's own scheduler on a virtual clock) as K users in a closed loop - the demo's K agents, each
-taking the next task when its last one ends - on the KV blocks and tool workers the run's engine
-reported (`/mars/v1/stats`), every policy on the same trace. The simulators need vLLM, so
+measured, the prefix all first prompts share as the engine's cache served it: `shared_prompt.py`,
+applied here too to a trace recorded without it) are replayed by both simulator engines
+(`simulate --engine both`: the simulator, and vLLM's own scheduler on a virtual clock) as K users
+in a closed loop - the demo's K agents, each taking the next task when its last one ends - on the
+KV blocks and tool workers the run's engine reported (`/mars/v1/stats`), every policy on the same
+trace. The simulators need vLLM, so
 `simulate` runs in the engine environment as a child process, and its folder is kept beside the
 demo's rounds.
 """
@@ -12,11 +14,14 @@ from __future__ import annotations
 
 import json
 import subprocess
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from evaluation.swebench.runs.engine_proc import ENGINE_PYTHON, REPO
+from evaluation.swebench.runs.shared_prompt import shared_first_prefix, with_shared_prompt
+from mars_openhands.workload.trace import TraceError, read_trace, write_trace
 
 #: The tiny model's step costs measured on this project's host (`mars-openhands calibrate`).
 TINY_PROFILE = REPO / "docs" / "calibration" / "tiny-10.8mb-v2.json"
@@ -68,11 +73,23 @@ def predict(run_dir: Path, policies: list[str], users: int, profile: str, out: P
     if not python.exists():
         raise PredictionError(f"engine environment missing: {python} (run `make setup-engine`)")
     blocks, workers = engine_shape(run_dir)
-    cmd = [str(python), "-m", "mars_openhands.cli", "simulate", "--trace", str(trace), "--profile", profile,
-           "--kv-blocks", str(blocks), "--tool-workers", str(workers), "--concurrency", str(users),
-           "--policies", ",".join(policies), "--engine", "both", "--out", str(out), "--replace"]
+    try:
+        sessions = with_shared_prompt(read_trace(trace), shared_first_prefix(run_dir))
+    except (TraceError, ValueError, OSError) as e:
+        raise PredictionError(f"{trace}: {e}") from None
     log = out.with_name(out.name + ".log")
     log.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="mars-demo-predict-") as tmp:
+        replayed = Path(tmp) / "trace.jsonl"
+        write_trace(replayed, sessions)
+        return _simulate(replayed, trace, python, profile, blocks, workers, users, policies, out, log, timeout_s)
+
+
+def _simulate(replayed: Path, trace: Path, python: Path, profile: str, blocks: int, workers: int, users: int,
+              policies: list[str], out: Path, log: Path, timeout_s: float) -> Prediction:
+    cmd = [str(python), "-m", "mars_openhands.cli", "simulate", "--trace", str(replayed), "--profile", profile,
+           "--kv-blocks", str(blocks), "--tool-workers", str(workers), "--concurrency", str(users),
+           "--policies", ",".join(policies), "--engine", "both", "--out", str(out), "--replace"]
     try:
         with log.open("w") as f:
             proc = subprocess.run(cmd, cwd=REPO, stdout=f, stderr=subprocess.STDOUT, timeout=timeout_s, check=False)

@@ -133,15 +133,17 @@ def _fake_runs(agent_s: dict[tuple[str, int], tuple[int, ...]], held_s: dict[str
     """A `swe_run.main` double writing a run folder: records, the engine's last stats, the recorded trace."""
     import json
 
+    from evaluation.swebench.runs import run_dirs
     from mars_openhands.workload.trace import write_trace
 
     def fake_run(argv: list[str]) -> int:
         policy, out = _value(argv, "--policy"), Path(_value(argv, "--out"))
-        out.mkdir(parents=True)
+        run_dirs.claim(out, run_dirs.agents({"kind": "swebench-run", "policy": policy}))   # as the driver does
         (out / "metadata.json").write_text(json.dumps({"policy": policy, "harness": "oracle"}))
         k = int(out.parent.name.split("-")[1]) if out.parent.name.startswith("round-") else 1
         records = [{"instance_id": f"t{i}", "timings": {"start": 0.0, "end": float(s), "agent_s": float(s)},
-                    "engine_turns": []} for i, s in enumerate(agent_s[(policy, k)])]
+                    "engine_turns": [{"turn": 0, "prompt_tokens": 1000, "cached_tokens": 256 * i}]}
+                   for i, s in enumerate(agent_s[(policy, k)])]
         (out / "output.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
         (out / "engine_stats.json").write_text(json.dumps(
             {"policy": policy, "tool_workers": 2, "engine": {"total_blocks": 40},
@@ -155,18 +157,22 @@ def _fake_runs(agent_s: dict[tuple[str, int], tuple[int, ...]], held_s: dict[str
 def test_the_simulators_predict_the_rounds_beside_the_measured_ratio_and_held_idle(monkeypatch, tmp_path, capsys):
     """Both simulator engines replay the first baseline's recorded trace as K users, in the engine
     environment (a real child process), and the demo prints their ratio and held idle beside the rounds'."""
+    import dataclasses
     import json
 
     from evaluation.swebench import demo
     from evaluation.swebench import run as swe_run
     from evaluation.swebench.runs.engine_proc import ENGINE_PYTHON
+    from evaluation.swebench.runs.shared_prompt import SYSTEM_PROMPT_ID
     from mars_openhands import report
     from mars_openhands.workload.synthetic import SyntheticConfig, generate
+    from mars_openhands.workload.trace import read_trace
 
     if not ENGINE_PYTHON.exists():
         pytest.skip(f"needs the engine environment ({ENGINE_PYTHON}); make setup builds it")
-    trace = generate(SyntheticConfig(n_sessions=4, rate=2.0, seed=1, turns_scale=0.1, context_scale=0.15,
-                                     tool_time_scale=0.05))
+    trace = [dataclasses.replace(s, system_prompt_id=None, system_prompt_tokens=0)    # as `record` writes them
+             for s in generate(SyntheticConfig(n_sessions=4, rate=2.0, seed=1, turns_scale=0.1, context_scale=0.15,
+                                               tool_time_scale=0.05))]
     agent_s = {("mars", 1): (10, 20), ("fcfs", 1): (12, 30), ("mars", 2): (11, 22), ("fcfs", 2): (11, 21)}
     monkeypatch.setattr(swe_run, "main", _fake_runs(agent_s, {"mars": 1.5, "fcfs": 0.0}, trace))
     monkeypatch.setattr(report, "main", lambda argv: 0)
@@ -188,7 +194,10 @@ def test_the_simulators_predict_the_rounds_beside_the_measured_ratio_and_held_id
     assert set(predicted) == {"sim", "vllm"} and set(predicted["vllm"]) == {"mars", "fcfs"}
     assert all(s["mean_e2e_s"] > 0 for by in predicted.values() for s in by.values())
     assert (out / "predicted" / "engines.json").is_file()
-    # the prediction is the demo's own output: --replace takes the folder back with it
+    # the recording had no system prompt: the replay shares the 256 tokens the second agent found cached
+    replayed = read_trace(out / "predicted" / "vllm" / "trace.jsonl")
+    assert {(s.system_prompt_id, s.system_prompt_tokens) for s in replayed} == {(SYSTEM_PROMPT_ID, 256)}
+    # the rounds' runs and the prediction are the demo's own: --replace takes the folder back with them
     assert demo.main(["--model", str(model), "--out", str(out), "--repeat", "2", "--workers", "3",
                       "--sim-profile", profile, "--replace"]) == 0
 
