@@ -295,7 +295,7 @@ def repeat_summary(rounds: list[list[Path]], prediction: Prediction | str | None
     by_round = [{r.policy: {"mean_e2e_s": r.mean_s, "p95_e2e_s": r.percentile(95),
                             "held_idle_share": r.held_idle_share} for r in rr} for rr in runs]
     names = [r.policy for r in runs[0]]
-    lines = [f"\nover {len(rounds)} round{'s' * (len(rounds) > 1)}: median (min - max) completion time, s, and "
+    lines = [f"\nover {len(rounds)} rounds: median (min - max) completion time, s, and "
              "share of the makespan held with the engine idle",
              f"{'policy':<16} {'mean':>22} {'p95':>22} {'held idle':>22}"]
     per_policy: dict[str, dict[str, Any]] = {}
@@ -318,6 +318,8 @@ def repeat_summary(rounds: list[list[Path]], prediction: Prediction | str | None
     doc = {"rounds": [[str(d) for d in dirs] for dirs in rounds], "policies": per_policy,
            "verdicts": {"reference": reference, "rule": RULE,
                         "baselines": {c.baseline: c.as_dict() for c in comparisons}} if comparisons else None}
+    if len(rounds) == 1:
+        lines = []          # one run: the report's table has it, and one run is no verdict
     if isinstance(prediction, str):
         lines += ["", prediction]
     elif prediction is not None:

@@ -218,7 +218,9 @@ def test_without_a_profile_or_an_engine_environment_the_demo_says_why_it_predict
     model.mkdir()
     (model / "config.json").write_text("{}")
     assert demo.main(["--model", str(model), "--out", str(tmp_path / "a")]) == 0
-    assert "no prediction: pass --sim-profile" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "no prediction: pass --sim-profile" in printed
+    assert "verdict" not in printed and "over 1 round" not in printed      # one run is no verdict
     monkeypatch.setattr(prediction, "ENGINE_PYTHON", tmp_path / "nope" / "python")
     argv = ["--model", str(model), "--out", str(tmp_path / "b"), "--sim-profile", str(demo.TINY_PROFILE)]
     assert demo.main(argv) == 0
