@@ -6,9 +6,8 @@ applied here too to a trace recorded without it) are replayed by both simulator 
 (`simulate --engine both`: the simulator, and vLLM's own scheduler on a virtual clock) as K users
 in a closed loop - the demo's K agents, each taking the next task when its last one ends - on the
 KV blocks and tool workers the run's engine reported (`/mars/v1/stats`), every policy on the same
-trace. The simulators need vLLM, so
-`simulate` runs in the engine environment as a child process, and its folder is kept beside the
-demo's rounds.
+trace. The simulators need vLLM, so `simulate` runs in the engine environment as a child process,
+and its folder is kept beside the demo's rounds.
 """
 from __future__ import annotations
 
@@ -82,14 +81,15 @@ def predict(run_dir: Path, policies: list[str], users: int, profile: str, out: P
     with tempfile.TemporaryDirectory(prefix="mars-demo-predict-") as tmp:
         replayed = Path(tmp) / "trace.jsonl"
         write_trace(replayed, sessions)
-        return _simulate(replayed, trace, python, profile, blocks, workers, users, policies, out, log, timeout_s)
+        _run([str(python), "-m", "mars_openhands.cli", "simulate", "--trace", str(replayed), "--profile", profile,
+              "--kv-blocks", str(blocks), "--tool-workers", str(workers), "--concurrency", str(users),
+              "--policies", ",".join(policies), "--engine", "both", "--out", str(out), "--replace"], log, timeout_s)
+    by_engine = {e: json.loads((out / e / "summary.json").read_text())["policies"] for e in ENGINES}
+    return Prediction(by_engine, trace, profile, users, blocks, workers)
 
 
-def _simulate(replayed: Path, trace: Path, python: Path, profile: str, blocks: int, workers: int, users: int,
-              policies: list[str], out: Path, log: Path, timeout_s: float) -> Prediction:
-    cmd = [str(python), "-m", "mars_openhands.cli", "simulate", "--trace", str(replayed), "--profile", profile,
-           "--kv-blocks", str(blocks), "--tool-workers", str(workers), "--concurrency", str(users),
-           "--policies", ",".join(policies), "--engine", "both", "--out", str(out), "--replace"]
+def _run(cmd: list[str], log: Path, timeout_s: float) -> None:
+    """`cmd` in the project's root, its output to `log`; PredictionError naming its last line if it fails."""
     try:
         with log.open("w") as f:
             proc = subprocess.run(cmd, cwd=REPO, stdout=f, stderr=subprocess.STDOUT, timeout=timeout_s, check=False)
@@ -98,5 +98,3 @@ def _simulate(replayed: Path, trace: Path, python: Path, profile: str, blocks: i
     if proc.returncode != 0:
         tail = log.read_text().strip().splitlines()[-1:] or ["no output"]
         raise PredictionError(f"simulate ended with status {proc.returncode}: {tail[0]} (log {log})")
-    by_engine = {e: json.loads((out / e / "summary.json").read_text())["policies"] for e in ENGINES}
-    return Prediction(by_engine, trace, profile, users, blocks, workers)

@@ -5,7 +5,8 @@ The persisted conversations do not hold the system prompt's length (`mars-openha
 trace recorded from them alone gives each session a prompt of its own: replayed, eight agents then
 need eight copies of a 6.8k-token prefix the engine held once (424 blocks, more than the demo's
 whole 365-block cache), and the simulators predicted FCFS recomputing 2.6x what it did. The
-engine's per-call `cached_tokens` say how much of each first prompt another agent's prompt had already put in the cache.
+engine's per-call `cached_tokens` say how much of each first prompt another agent's prompt had
+already put in the cache.
 """
 from __future__ import annotations
 
