@@ -295,9 +295,10 @@ def repeat_summary(rounds: list[list[Path]], prediction: Prediction | str | None
     by_round = [{r.policy: {"mean_e2e_s": r.mean_s, "p95_e2e_s": r.percentile(95),
                             "held_idle_share": r.held_idle_share} for r in rr} for rr in runs]
     names = [r.policy for r in runs[0]]
+    table = len(rounds) > 1         # one run: the report's table has it, and one run is no verdict
     lines = [f"\nover {len(rounds)} rounds: median (min - max) completion time, s, and "
              "share of the makespan held with the engine idle",
-             f"{'policy':<16} {'mean':>22} {'p95':>22} {'held idle':>22}"]
+             f"{'policy':<16} {'mean':>22} {'p95':>22} {'held idle':>22}"] if table else []
     per_policy: dict[str, dict[str, Any]] = {}
     for name in names:
         cells, per_policy[name] = [], {}
@@ -309,17 +310,16 @@ def repeat_summary(rounds: list[list[Path]], prediction: Prediction | str | None
                 per_policy[name][key] = {"rounds": vals, "median": med, "min": lo, "max": hi}
             else:
                 cells.append("-")
-        lines.append(f"{name:<16} {cells[0]:>22} {cells[1]:>22} {cells[2]:>22}")
+        if table:
+            lines.append(f"{name:<16} {cells[0]:>22} {cells[1]:>22} {cells[2]:>22}")
     reference = reference_policy(names)
     baselines = [n for n in names if n != reference and not is_mars_variant(n)]
     comparisons = compare(by_round, reference, baselines) if reference and baselines else []
-    if comparisons and reference:
+    if table and comparisons and reference:
         lines += ["", verdict_table(comparisons, reference)]
     doc = {"rounds": [[str(d) for d in dirs] for dirs in rounds], "policies": per_policy,
            "verdicts": {"reference": reference, "rule": RULE,
                         "baselines": {c.baseline: c.as_dict() for c in comparisons}} if comparisons else None}
-    if len(rounds) == 1:
-        lines = []          # one run: the report's table has it, and one run is no verdict
     if isinstance(prediction, str):
         lines += ["", prediction]
     elif prediction is not None:
