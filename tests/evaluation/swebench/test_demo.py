@@ -1,5 +1,6 @@
 """The demo's per-mode settings reach every policy's run: the real-instance demo's engine gets the
-16k context and the KV cache sized for it; the offline demo keeps the model's context."""
+16k context and the KV cache sized for it; the offline demo keeps the model's context. Both leave the
+engine's tool workers at `serve`'s default unless told."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -38,6 +39,7 @@ def test_each_policy_runs_with_its_modes_setting(monkeypatch, tmp_path):
         assert "--engine-arg=--max-model-len=16384" in argv
         assert (_value(argv, "--workers"), _value(argv, "--kv-cache-bytes")) == ("5", "48000000")
         assert _value(argv, "--instances") == "o__r-1,o__r-2" and "--repo-source=o/r=/src/r" in argv
+        assert not any(a.startswith("--engine-arg=--tool-workers") for a in argv)
 
     runs.clear()
     assert demo.main(["--model", str(model), "--out", str(tmp_path / "offline"), "--policies", "mars",
@@ -45,6 +47,23 @@ def test_each_policy_runs_with_its_modes_setting(monkeypatch, tmp_path):
     (argv,) = runs
     assert not any(a.startswith("--engine-arg=--max-model-len") for a in argv)
     assert (_value(argv, "--workers"), _value(argv, "--kv-cache-bytes")) == ("3", "96000000")
+    assert not any(a.startswith("--engine-arg=--tool-workers") for a in argv)
+
+    runs.clear()
+    assert demo.main(["--model", str(model), "--out", str(tmp_path / "told"), "--policies", "mars",
+                      "--tool-workers", "2"]) == 0
+    (argv,) = runs
+    assert "--engine-arg=--tool-workers=2" in argv and _value(argv, "--workers") == "8"
+
+
+def test_a_demo_told_no_tool_workers_stops_with_the_flag_named(tmp_path, capsys):
+    from evaluation.swebench import demo
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    assert demo.main(["--model", str(model), "--out", str(tmp_path / "d"), "--tool-workers", "0"]) != 0
+    assert "--tool-workers: must be >= 1, got 0" in capsys.readouterr().err
 
 
 def test_a_source_that_cannot_give_the_environment_stops_the_demo_with_its_name(monkeypatch, capsys, tmp_path,
