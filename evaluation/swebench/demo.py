@@ -80,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, help="concurrent agents K (default: offline 8, local 5)")
     p.add_argument("--tool-workers", type=int, metavar="N",
                    help="tool workers the engine's tool plane assumes (`serve --tool-workers`; default: the "
-                        "host's cores; one per agent made MARS slower here: docs/experiments.md)")
+                        "host's cores; one per agent was measured no faster here: docs/experiments.md)")
     p.add_argument("--model", type=Path, default=REPO / "models" / "tiny")
     p.add_argument("--kv-cache-bytes", type=int,
                    help="engine KV cache; scarce on purpose (default: offline 96 MB, ~47k tokens of the tiny "
@@ -218,9 +218,8 @@ def _demo(args: argparse.Namespace, target: str, claimed: list[Path]) -> int:
     context = args.context or setting.context
     if workers < 1:
         raise InputError(f"--workers: must be >= 1, got {workers}")
-    tool_workers = args.tool_workers
-    if tool_workers is not None and tool_workers < 1:
-        raise InputError(f"--tool-workers: must be >= 1, got {tool_workers}")
+    if args.tool_workers is not None and args.tool_workers < 1:
+        raise InputError(f"--tool-workers: must be >= 1, got {args.tool_workers}")
     if args.repeat < 1:
         raise InputError(f"--repeat: must be >= 1, got {args.repeat}")
     if not (args.model / "config.json").is_file():
@@ -240,13 +239,13 @@ def _demo(args: argparse.Namespace, target: str, claimed: list[Path]) -> int:
         mode_args = ["--mode", "offline", "--instances", ",".join(ids)]
     if context:
         mode_args.append(f"--engine-arg=--max-model-len={context}")
-    if tool_workers is not None:
-        mode_args.append(f"--engine-arg=--tool-workers={tool_workers}")
+    if args.tool_workers is not None:
+        mode_args.append(f"--engine-arg=--tool-workers={args.tool_workers}")
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     dataset = (args.dataset or os.environ.get(swe_run.DATASET_ENV, "")) if args.mode == "local" else "offline"
     identity = {"kind": "demo", "mode": args.mode, "dataset": str(Path(dataset).resolve()) if args.mode == "local"
                 else dataset, "instances": sorted(ids), "policies": policies, "workers": workers,
-                **({"tool_workers": tool_workers} if tool_workers else {}), "kv_cache_bytes": kv_bytes,
+                **({"tool_workers": args.tool_workers} if args.tool_workers else {}), "kv_cache_bytes": kv_bytes,
                 "context": context, "model": str(args.model),
                 **({"repeat": args.repeat} if args.repeat > 1 else {})}
     out = args.out or run_dirs.default_dir(args.mode, dataset, "+".join(policies), root=Path("runs") / target)
