@@ -252,8 +252,8 @@ def _demo(args: argparse.Namespace, target: str, claimed: list[Path]) -> int:
     run_dirs.claim(out, run_dirs.demo(identity, policies), resume=args.resume, replace=args.replace)
     claimed.append(out)
     rc = 0
-    for k, order in enumerate(rotation(policies, args.repeat)):
-        where = out if args.repeat == 1 else out / f"round-{k + 1}"
+    wheres = [out] if args.repeat == 1 else [out / f"round-{k + 1}" for k in range(args.repeat)]
+    for k, (where, order) in enumerate(zip(wheres, rotation(policies, args.repeat), strict=True)):
         for policy in order:
             print(f"\n== {policy}{'' if args.repeat == 1 else f' (round {k + 1} of {args.repeat})'}: {workers} "
                   f"concurrent agents, KV cache {kv_bytes / 1e6:.0f} MB, context {context or 'of the model'} "
@@ -268,7 +268,7 @@ def _demo(args: argparse.Namespace, target: str, claimed: list[Path]) -> int:
         rc = report.main([*(str(where / p) for p in policies), "--out", str(where)])
         for policy in policies:
             print(f"{policy}: time in tools {tool_share(where / policy)}")
-    rounds = [[(out if args.repeat == 1 else out / f"round-{k + 1}") / p for p in policies] for k in range(args.repeat)]
+    rounds = [[where / p for p in policies] for where in wheres]
     prediction = _predict(args, rounds[0], workers, out / "predicted")
     text, doc = repeat_summary(rounds, prediction)
     print(text)
@@ -347,12 +347,11 @@ def predicted_lines(prediction: Prediction, reference: str | None, measured: Com
     predicted = {label: prediction.by_engine}
     lines = [f"predicted: {prediction.describe()}"]
     if reference is not None and measured is not None:
+        mean = measured.mean.median if measured.mean else None
+        p95 = measured.p95.median if measured.p95 else None
         lines += [f"best baseline / {reference}, predicted (measured median: mean "
-                  f"{measured.mean.median if measured.mean else float('nan'):.2f}x, p95 "
-                  f"{measured.p95.median if measured.p95 else float('nan'):.2f}x)",
-                  prediction_table(predicted_ratios(predicted, reference),
-                                   measured.mean.median if measured.mean else None,
-                                   measured.p95.median if measured.p95 else None)]
+                  f"{float('nan') if mean is None else mean:.2f}x, p95 {float('nan') if p95 is None else p95:.2f}x)",
+                  prediction_table(predicted_ratios(predicted, reference), mean, p95)]
     held = {n: {"held_idle_share": (p.get("held_idle_share") or {}).get("median")} for n, p in per_policy.items()}
     lines += ["", "held with the engine idle, % of the makespan: measured (median of the rounds), predicted "
               f"({' / '.join(prediction.by_engine)})", held_idle_table(held, predicted)]
